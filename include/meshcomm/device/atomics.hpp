@@ -1,0 +1,67 @@
+// Scoped loads, stores and reductions on 64-bit words in global (device, peer-mapped or host-mapped)
+// memory. Each function's comment states its memory-order contract in PTX memory-model terms.
+#pragma once
+
+#include <cstdint>
+
+#include "meshcomm/device/macros.hpp"
+
+#if defined(__CUDACC__)
+namespace meshcomm::device {
+
+// Acquire at system scope: no later access of this thread moves before it; pairs with a release by any agent.
+MESHCOMM_DEVICE_INLINE uint64_t loadAcquireSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Relaxed at system scope: coherent, but orders nothing around it.
+MESHCOMM_DEVICE_INLINE uint64_t loadRelaxedSys(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Release at system scope: every earlier access of this thread is visible to whoever acquires this value.
+MESHCOMM_DEVICE_INLINE void storeReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Relaxed at system scope: coherent, orders nothing.
+MESHCOMM_DEVICE_INLINE void storeRelaxedSys(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Release-add at system scope: earlier accesses of this thread happen-before an acquire that observes the
+// sum.
+MESHCOMM_DEVICE_INLINE void redAddReleaseSys(uint64_t* p, uint64_t v) {
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Relaxed add at system scope: an execution signal only; it orders no data.
+MESHCOMM_DEVICE_INLINE void redAddRelaxedSys(uint64_t* p, uint64_t v) {
+  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Relaxed fetch-add at device (GPU) scope: atomic counter; orders nothing.
+MESHCOMM_DEVICE_INLINE uint64_t fetchAddRelaxedGpu(uint64_t* p, uint64_t v) {
+  uint64_t old;
+  asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+}
+
+// Wrap-safe "a has reached b" for monotonic 64-bit counters.
+MESHCOMM_DEVICE_INLINE bool reached(uint64_t a, uint64_t b) {
+  return static_cast<int64_t>(a - b) >= 0;
+}
+
+// Nanoseconds from the GPU's global timer (comparable across SMs of one GPU).
+MESHCOMM_DEVICE_INLINE uint64_t globalTimerNs() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+}  // namespace meshcomm::device
+#endif

@@ -1,0 +1,164 @@
+// LL ("low latency") packets: payload and flag travel in one vector store, so a reader that sees the
+// expected flag also sees the payload, with no fence and no semaphore. Flags start at 1 (fresh or zeroed
+// memory never matches) and a caller changes the flag for every reuse of a packet buffer (an epoch).
+#pragma once
+
+#include <cstdint>
+
+#include "meshcomm/device/device_error.hpp"
+#include "meshcomm/device/macros.hpp"
+
+namespace meshcomm {
+
+// 16 bytes = {data1, flag1, data2, flag2}: carries 8 payload bytes. Each (data, flag) half is itself an
+// 8-byte unit, so the packet stays valid even where a transport splits the 16-byte store in two.
+struct alignas(16) LL16Packet {
+  uint32_t data1, flag1, data2, flag2;
+  static constexpr uint32_t kPayloadBytes = 8;
+
+#if defined(__CUDACC__)
+  // One 16-byte volatile store of payload and flags (weak otherwise: the flag *is* the synchronisation).
+  MESHCOMM_DEVICE_INLINE void write(uint32_t v1, uint32_t v2, uint32_t flag) {
+    asm volatile("st.volatile.global.v4.u32 [%0], {%1,%2,%3,%4};" ::"l"(this), "r"(v1), "r"(flag), "r"(v2),
+                 "r"(flag)
+                 : "memory");
+  }
+  // One 16-byte volatile load; true when both flags equal `flag` (then the payload is valid).
+  MESHCOMM_DEVICE_INLINE bool tryRead(uint32_t flag, uint32_t& v1, uint32_t& v2) const {
+    uint32_t f1, f2;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v1), "=r"(f1), "=r"(v2), "=r"(f2)
+                 : "l"(this)
+                 : "memory");
+    return f1 == flag && f2 == flag;
+  }
+#endif
+};
+
+// 8 bytes = {data, flag}: carries 4 payload bytes with one 8-byte store (half the efficiency of LL16).
+struct alignas(8) LL8Packet {
+  uint32_t data, flag;
+  static constexpr uint32_t kPayloadBytes = 4;
+
+#if defined(__CUDACC__)
+  MESHCOMM_DEVICE_INLINE void write(uint32_t v, uint32_t f) {
+    asm volatile("st.volatile.global.v2.u32 [%0], {%1,%2};" ::"l"(this), "r"(v), "r"(f) : "memory");
+  }
+  MESHCOMM_DEVICE_INLINE bool tryRead(uint32_t f, uint32_t& v) const {
+    uint32_t g;
+    asm volatile("ld.volatile.global.v2.u32 {%0,%1}, [%2];" : "=r"(v), "=r"(g) : "l"(this) : "memory");
+    return g == f;
+  }
+#endif
+};
+
+#if defined(__CUDACC__)
+namespace device {
+
+// Bytes of packet buffer that carry `payloadBytes` of data.
+template <typename Packet>
+MESHCOMM_HOST_DEVICE_INLINE uint64_t packetBufferBytes(uint64_t payloadBytes) {
+  return (payloadBytes + Packet::kPayloadBytes - 1) / Packet::kPayloadBytes * sizeof(Packet);
+}
+
+namespace detail {
+// Loads `n` (< 4) bytes of a 4-byte word without reading past the source.
+MESHCOMM_DEVICE_INLINE uint32_t loadPartialWord(const unsigned char* p, uint32_t n) {
+  uint32_t w = 0;
+  for (uint32_t i = 0; i < n; ++i) w |= static_cast<uint32_t>(p[i]) << (8 * i);
+  return w;
+}
+MESHCOMM_DEVICE_INLINE void storePartialWord(unsigned char* p, uint32_t w, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) p[i] = static_cast<unsigned char>(w >> (8 * i));
+}
+// Payload word k (4 bytes) of `src`, zero-padded past `bytes`.
+MESHCOMM_DEVICE_INLINE uint32_t payloadWord(const unsigned char* src, uint64_t bytes, uint64_t k,
+                                            bool aligned4) {
+  uint64_t off = k * 4;
+  if (off + 4 <= bytes) {
+    if (aligned4) return reinterpret_cast<const uint32_t*>(src)[k];
+    return loadPartialWord(src + off, 4);
+  }
+  return off < bytes ? loadPartialWord(src + off, static_cast<uint32_t>(bytes - off)) : 0u;
+}
+MESHCOMM_DEVICE_INLINE void storePayloadWord(unsigned char* dst, uint64_t bytes, uint64_t k, uint32_t w,
+                                             bool aligned4) {
+  uint64_t off = k * 4;
+  if (off + 4 <= bytes) {
+    if (aligned4)
+      reinterpret_cast<uint32_t*>(dst)[k] = w;
+    else
+      storePartialWord(dst + off, w, 4);
+  } else if (off < bytes) {
+    storePartialWord(dst + off, w, static_cast<uint32_t>(bytes - off));
+  }
+}
+}  // namespace detail
+
+// Writes `bytes` of `src` as packets with `flag` into `dst` (local or peer-mapped); thread tid of nThreads.
+// Any size: a last partial packet is zero-padded.
+template <typename Packet = LL16Packet>
+MESHCOMM_DEVICE_INLINE void putPackets(Packet* dst, const void* src, uint64_t bytes, uint32_t flag,
+                                       uint32_t tid, uint32_t nThreads) {
+  const auto* s = static_cast<const unsigned char*>(src);
+  const bool aligned4 = (reinterpret_cast<uintptr_t>(s) & 3) == 0;
+  const uint64_t nPackets = (bytes + Packet::kPayloadBytes - 1) / Packet::kPayloadBytes;
+  for (uint64_t p = tid; p < nPackets; p += nThreads) {
+    if constexpr (sizeof(Packet) == 16) {
+      const bool full = (p + 1) * 8 <= bytes && (reinterpret_cast<uintptr_t>(s) & 7) == 0;
+      uint32_t v1, v2;
+      if (full) {
+        uint2 v = reinterpret_cast<const uint2*>(s)[p];
+        v1 = v.x;
+        v2 = v.y;
+      } else {
+        v1 = detail::payloadWord(s, bytes, 2 * p, aligned4);
+        v2 = detail::payloadWord(s, bytes, 2 * p + 1, aligned4);
+      }
+      dst[p].write(v1, v2, flag);
+    } else {
+      dst[p].write(detail::payloadWord(s, bytes, p, aligned4), flag);
+    }
+  }
+}
+
+// Waits for and unpacks `bytes` of payload with `flag` from the local packet buffer `src` into `dst`;
+// thread tid of nThreads. Returns false if a wait timed out (reported through ctx).
+template <typename Packet = LL16Packet>
+MESHCOMM_DEVICE_INLINE bool getPackets(void* dst, const Packet* src, uint64_t bytes, uint32_t flag,
+                                       uint32_t tid, uint32_t nThreads, const SpinContext& ctx) {
+  auto* d = static_cast<unsigned char*>(dst);
+  const bool aligned4 = (reinterpret_cast<uintptr_t>(d) & 3) == 0;
+  const uint64_t nPackets = (bytes + Packet::kPayloadBytes - 1) / Packet::kPayloadBytes;
+  for (uint64_t p = tid; p < nPackets; p += nThreads) {
+    if constexpr (sizeof(Packet) == 16) {
+      uint32_t v1 = 0, v2 = 0;
+      bool ok = spinUntil(
+          [&](uint64_t& seen) {
+            bool r = src[p].tryRead(flag, v1, v2);
+            seen = v1;
+            return r;
+          },
+          ctx, DeviceOp::PacketRead, flag);
+      if (!ok) return false;
+      detail::storePayloadWord(d, bytes, 2 * p, v1, aligned4);
+      detail::storePayloadWord(d, bytes, 2 * p + 1, v2, aligned4);
+    } else {
+      uint32_t v = 0;
+      bool ok = spinUntil(
+          [&](uint64_t& seen) {
+            bool r = src[p].tryRead(flag, v);
+            seen = v;
+            return r;
+          },
+          ctx, DeviceOp::PacketRead, flag);
+      if (!ok) return false;
+      detail::storePayloadWord(d, bytes, p, v, aligned4);
+    }
+  }
+  return true;
+}
+
+}  // namespace device
+#endif
+}  // namespace meshcomm

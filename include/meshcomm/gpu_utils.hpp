@@ -1,0 +1,75 @@
+// CUDA helpers for users and for meshcomm itself: device guard, owning device/host-mapped buffers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace meshcomm {
+
+// Number of CUDA devices; 0 (never an exception) where there is no driver or no device.
+int gpuCount();
+
+// Sets the current device for its lifetime and restores the previous one.
+class CudaDeviceGuard {
+ public:
+  explicit CudaDeviceGuard(int device);
+  ~CudaDeviceGuard();
+  CudaDeviceGuard(const CudaDeviceGuard&) = delete;
+  CudaDeviceGuard& operator=(const CudaDeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+enum class GpuMemoryKind {
+  CudaMalloc,  // cudaMalloc: shared with peers through cudaIpc handles
+  CuMem,       // cuMemCreate (VMM) with POSIX-fd export: shared as file descriptors over a unix socket
+};
+
+// Owning, zero-initialised device allocation on the current device.
+class GpuBuffer {
+ public:
+  GpuBuffer() = default;
+  explicit GpuBuffer(size_t bytes, GpuMemoryKind kind = GpuMemoryKind::CudaMalloc);
+  ~GpuBuffer();
+  GpuBuffer(GpuBuffer&& other) noexcept;
+  GpuBuffer& operator=(GpuBuffer&& other) noexcept;
+  GpuBuffer(const GpuBuffer&) = delete;
+  GpuBuffer& operator=(const GpuBuffer&) = delete;
+
+  void* data() const { return ptr_; }
+  size_t size() const { return bytes_; }
+  GpuMemoryKind kind() const { return kind_; }
+
+ private:
+  void release() noexcept;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+  size_t mappedBytes_ = 0;         // CuMem: granularity-rounded size
+  unsigned long long handle_ = 0;  // CuMem: CUmemGenericAllocationHandle
+  GpuMemoryKind kind_ = GpuMemoryKind::CudaMalloc;
+  int device_ = -1;
+};
+
+// Owning, zero-initialised pinned host allocation mapped into the device address space.
+class HostMappedBuffer {
+ public:
+  HostMappedBuffer() = default;
+  explicit HostMappedBuffer(size_t bytes);
+  ~HostMappedBuffer();
+  HostMappedBuffer(HostMappedBuffer&& other) noexcept;
+  HostMappedBuffer& operator=(HostMappedBuffer&& other) noexcept;
+  HostMappedBuffer(const HostMappedBuffer&) = delete;
+  HostMappedBuffer& operator=(const HostMappedBuffer&) = delete;
+
+  void* host() const { return host_; }
+  void* device() const { return device_; }
+  size_t size() const { return bytes_; }
+
+ private:
+  void* host_ = nullptr;
+  void* device_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace meshcomm

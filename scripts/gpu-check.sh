@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Builds meshcomm and runs every GPU check on a bare GPU machine; logs and a summary go into OUT_DIR.
+#
+#   scripts/gpu-check.sh OUT_DIR
+#
+# Steps: environment and topology -> configure + build (Release, all cores) -> CPU unit tests -> GPU tests
+# with 2 ranks and with all GPUs -> the killed-rank test (MESHCOMM_TEST_EXPECT_KILL mode) -> the ping-pong
+# example -> meshcomm-channel-bench on 2 GPUs (--json). A failed step is recorded and the script goes on;
+# it exits 1 at the end if any step failed. OUT_DIR receives at most 8 files:
+#   env.log build.log unit.log gpu2.log gpuN.log extra.log (failure test, example, benchmark) bench.json
+#   summary.md (step table + benchmark table; printed at the end)
+# Environment: BUILD_DIR (default REPO/build), JOBS (default: all cores).
+set -u -o pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 OUT_DIR" >&2
+  exit 2
+fi
+mkdir -p "$1"
+OUT=$(cd "$1" && pwd)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD_DIR:-$REPO/build}
+JOBS=${JOBS:-$(nproc)}
+
+# NVLink multicast (NVLS) stays off on the shared machines; nothing here uses it.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+RUN="$BUILD/tools/meshcomm-run"
+GPU_TESTS="$BUILD/tests/meshcomm_gpu_tests"
+EXAMPLE="$BUILD/examples/meshcomm-example-ping-pong"
+BENCH="$BUILD/tools/meshcomm-channel-bench"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+STEPS=()
+ANY_FAIL=0
+T0=$(date +%s)
+
+# record STEP RESULT SECONDS NOTE
+record() {
+  STEPS+=("| $1 | $2 | $3 | $4 |")
+  [[ $2 == FAIL ]] && ANY_FAIL=1
+  printf '==> %-22s %-4s %5ss  %s\n' "$1" "$2" "$3" "$4"
+}
+
+# run_step LOG CMD...: runs CMD with its output appended to LOG (and to the console); sets RC and SECS.
+run_step() {
+  local log=$1
+  shift
+  local t
+  t=$(date +%s)
+  echo "### $(date -Is) \$ $*" >>"$log"
+  "$@" 2>&1 | tee -a "$log"
+  RC=${PIPESTATUS[0]}
+  SECS=$(($(date +%s) - t))
+  echo "### exit status $RC after ${SECS}s" >>"$log"
+}
+
+# result_of RC: PASS / SKIP (77) / FAIL
+result_of() {
+  case $1 in
+    0) echo PASS ;;
+    77) echo SKIP ;;
+    *) echo FAIL ;;
+  esac
+}
+
+# ---- 1. environment ------------------------------------------------------------------------------------
+{
+  echo "date: $(date -Is)"
+  echo "host: $(hostname)  cores: $(nproc)  repo: $REPO  build: $BUILD"
+  echo "NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE TORCH_SYMM_MEM_DISABLE_MULTICAST=$TORCH_SYMM_MEM_DISABLE_MULTICAST NVSHMEM_DISABLE_NVLS=$NVSHMEM_DISABLE_NVLS"
+  echo
+  (cd "$REPO" && git log -1 --oneline 2>/dev/null; git status --short 2>/dev/null | head -20)
+  echo
+  nvidia-smi 2>&1 || echo "nvidia-smi not available"
+  echo
+  nvidia-smi topo -m 2>&1 || true
+  echo
+  nvcc --version 2>&1 | tail -2 || true
+  cmake --version 2>&1 | head -1 || true
+  ninja --version 2>&1 || true
+  c++ --version 2>&1 | head -1 || true
+} >"$OUT/env.log" 2>&1
+NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+NGPUS=${NGPUS:-0}
+record environment PASS 0 "$NGPUS GPU(s); see env.log"
+
+# ---- 2. configure + build ------------------------------------------------------------------------------
+GTEST_ARG=()
+if [[ -d $REPO/.deps/googletest ]]; then
+  # Used by CMake only when no installed GTest is found.
+  GTEST_ARG=(-DMESHCOMM_GTEST_SOURCE_DIR="$REPO/.deps/googletest")
+fi
+: >"$OUT/build.log"
+run_step "$OUT/build.log" timeout 120 cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "${GTEST_ARG[@]}"
+BUILT=0
+if [[ $RC -eq 0 ]]; then
+  CONF_SECS=$SECS
+  run_step "$OUT/build.log" timeout 600 ninja -C "$BUILD" -j "$JOBS"
+  [[ $RC -eq 0 ]] && BUILT=1
+  record build "$(result_of "$RC")" $((SECS + CONF_SECS)) "ninja -j $JOBS"
+else
+  record build FAIL "$SECS" "cmake configure failed"
+fi
+
+not_built() { record "$1" FAIL 0 "not built"; }
+
+# ---- 3. CPU unit tests ---------------------------------------------------------------------------------
+: >"$OUT/unit.log"
+if [[ $BUILT -eq 1 ]]; then
+  run_step "$OUT/unit.log" ctest --test-dir "$BUILD" -E '^gpu_' --output-on-failure -j 16 --timeout 180
+  record unit-tests "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+% tests passed.*' "$OUT/unit.log" | tail -1)"
+else
+  not_built unit-tests
+fi
+
+# gpu_step NAME LOG NRANKS TIMEOUT: the GPU test binary under meshcomm-run.
+gpu_step() {
+  local name=$1 log=$2 n=$3 limit=$4
+  : >"$log"
+  if [[ $BUILT -ne 1 ]]; then
+    not_built "$name"
+    return
+  fi
+  run_step "$log" "$RUN" -n "$n" --timeout "$limit" -- "$GPU_TESTS"
+  local note
+  note=$(grep -Eo 'meshcomm GPU tests: .*|SKIPPED: .*' "$log" | tail -1)
+  record "$name" "$(result_of "$RC")" "$SECS" "${note:-exit status $RC}"
+}
+
+# ---- 4. GPU tests: 2 ranks, then all GPUs --------------------------------------------------------------
+gpu_step gpu-tests-2 "$OUT/gpu2.log" 2 300
+if [[ $NGPUS -gt 2 ]]; then
+  gpu_step "gpu-tests-$NGPUS" "$OUT/gpuN.log" "$NGPUS" 300
+else
+  record gpu-tests-all SKIP 0 "$NGPUS GPU(s): covered by the 2-rank run"
+fi
+
+# ---- 5. killed-rank test, example, benchmark (one log) -------------------------------------------------
+: >"$OUT/extra.log"
+if [[ $BUILT -eq 1 ]]; then
+  # Rank 1 dies on purpose (_exit(0)); rank 0 must report it. Pass = exit 0 and rank 0's marker line.
+  run_step "$OUT/extra.log" env MESHCOMM_TEST_EXPECT_KILL=1 "$RUN" -n 2 --timeout 120 -- "$GPU_TESTS" \
+    --gtest_filter='Failure*'
+  if [[ $RC -eq 77 ]]; then
+    record killed-rank SKIP "$SECS" "fewer than 2 GPUs"
+  elif [[ $RC -eq 0 ]] && grep -q 'MESHCOMM-FAILURE-TEST: killed peer reported' "$OUT/extra.log"; then
+    record killed-rank PASS "$SECS" "rank 1 killed, rank 0 reported it (host + device)"
+  else
+    record killed-rank FAIL "$SECS" "exit status $RC or no 'killed peer reported' line"
+  fi
+
+  run_step "$OUT/extra.log" "$RUN" -n 2 --timeout 60 -- "$EXAMPLE"
+  if [[ $RC -eq 0 ]] && grep -q 'all answers correct' "$OUT/extra.log"; then
+    record example-ping-pong PASS "$SECS" "$(grep -Eo 'ping_pong: .*' "$OUT/extra.log" | tail -1 | cut -c1-90)"
+  else
+    record example-ping-pong "$(result_of "$((RC == 0 ? 1 : RC))")" "$SECS" "exit status $RC"
+  fi
+
+  run_step "$TMP/bench.out" "$RUN" -n 2 --timeout 300 -- "$BENCH" --json "$OUT/bench.json"
+  cat "$TMP/bench.out" >>"$OUT/extra.log"
+  if [[ $RC -eq 0 ]] && grep -q '^\[0\] TARGET.*FAIL' "$TMP/bench.out"; then
+    record channel-bench PASS "$SECS" "ran; below the 90% target: see the table"
+  else
+    record channel-bench "$(result_of "$RC")" "$SECS" "meshcomm-channel-bench -n 2"
+  fi
+else
+  not_built killed-rank
+  not_built example-ping-pong
+  not_built channel-bench
+fi
+
+# ---- summary -------------------------------------------------------------------------------------------
+{
+  echo "# meshcomm GPU check"
+  echo
+  echo "$(date -Is) on $(hostname), $NGPUS GPU(s), total $(($(date +%s) - T0)) s"
+  echo
+  echo "| step | result | seconds | note |"
+  echo "|---|---|---|---|"
+  printf '%s\n' "${STEPS[@]}"
+  for log in gpu2.log gpuN.log; do
+    if [[ -s $OUT/$log ]] && grep -qE '\[  FAILED  \]|: Failure$' "$OUT/$log"; then
+      echo
+      echo "Failures in $log (first 40 lines):"
+      echo '```'
+      grep -E '\[  FAILED  \]|: Failure$|rror' "$OUT/$log" | head -40
+      echo '```'
+    fi
+  done
+  if [[ -s $TMP/bench.out ]]; then
+    echo
+    echo "## meshcomm-channel-bench (rank 0 -> rank 1)"
+    echo
+    echo '```'
+    # The final table: from its header line to the end, without the launcher's "[0] " prefix.
+    sed -n '/^\[0\] test  /,$p' "$TMP/bench.out" | sed 's/^\[0\] //' | grep -v '^\[[0-9]*\]'
+    echo '```'
+  fi
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
+exit "$ANY_FAIL"

@@ -1,0 +1,99 @@
+#include "meshcomm/env.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm {
+
+const std::vector<EnvVarInfo>& envRegistry() {
+  static const std::vector<EnvVarInfo> registry = {
+      {"MESHCOMM_LOG_LEVEL", EnvType::String, "WARN", "Host log level: ERROR, WARN, INFO or DEBUG."},
+      {"MESHCOMM_BOOTSTRAP_TIMEOUT", EnvType::Int, "120",
+       "Seconds any blocking bootstrap operation (connect, send, recv, collectives) may take before it fails "
+       "with an error naming rank, peer and operation."},
+      {"MESHCOMM_BOOTSTRAP_ADDR", EnvType::String, "",
+       "host:port of the bootstrap root when ranks start from the environment. Default: MASTER_ADDR and "
+       "MASTER_PORT+1 (MASTER_PORT itself is usually torch's TCPStore)."},
+      {"MESHCOMM_BOOTSTRAP_SECRET", EnvType::String, "",
+       "32 hex digits: the 128-bit secret ranks started from the environment prove to each other. "
+       "meshcomm-run sets a random one; without it a secret is derived from the launch variables."},
+      {"MESHCOMM_SOCKET_IFNAME", EnvType::String, "",
+       "Network interface whose IPv4 address a UniqueId advertises (default: first non-loopback, else lo)."},
+      {"MESHCOMM_BOOTSTRAP_MAX_MESSAGE", EnvType::Int, "1073741824",
+       "Largest bootstrap message in bytes a rank accepts; longer length prefixes are rejected."},
+      {"MESHCOMM_TRANSPORT", EnvType::String, "auto",
+       "Transport for peer connections: auto (CUDA IPC on the same host, TCP otherwise) or tcp (forces TCP "
+       "everywhere, to test the inter-node path on one host)."},
+      {"MESHCOMM_DEVICE_TIMEOUT_MS", EnvType::Int, "30000",
+       "Milliseconds a device-side spin-wait may last before it records (rank, peer, operation) and gives "
+       "up; "
+       "0 disables the timeout."},
+      {"MESHCOMM_FIFO_SIZE", EnvType::Int, "512", "Entries in each PortChannel FIFO (a power of two)."},
+      {"MESHCOMM_TCP_CHUNK", EnvType::Int, "4194304",
+       "Bytes of the pinned staging buffer used per TCP connection for device-memory transfers."},
+      {"MESHCOMM_TCP_TIMEOUT", EnvType::Int, "120",
+       "Seconds a TCP connection may wait for progress of one chunk (send, receive, flush ack send) before "
+       "it "
+       "fails with an error naming rank and peer."},
+  };
+  return registry;
+}
+
+namespace {
+
+const EnvVarInfo& lookup(const char* name, EnvType type) {
+  for (const auto& v : envRegistry()) {
+    if (std::strcmp(v.name, name) == 0) {
+      if (v.type != type)
+        MESHCOMM_THROW(ErrorCode::InternalError, "environment variable ", name, " read with wrong type");
+      return v;
+    }
+  }
+  MESHCOMM_THROW(ErrorCode::InternalError, "environment variable ", name,
+                 " is not declared in the env registry");
+}
+
+const char* valueOrDefault(const EnvVarInfo& v) {
+  const char* s = std::getenv(v.name);
+  return (s && *s) ? s : v.defaultValue;
+}
+
+}  // namespace
+
+int64_t envInt(const char* name) {
+  const auto& v = lookup(name, EnvType::Int);
+  const char* s = valueOrDefault(v);
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(s, &end, 0);
+  if (errno != 0 || end == s || *end != '\0') {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable ", name, "='", s, "' is not an integer");
+  }
+  return x;
+}
+
+bool envBool(const char* name) {
+  const auto& v = lookup(name, EnvType::Bool);
+  std::string s = valueOrDefault(v);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) return false;
+  MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable ", name, "='", s, "' is not a boolean");
+}
+
+std::string envString(const char* name) {
+  return valueOrDefault(lookup(name, EnvType::String));
+}
+
+std::optional<std::string> envRaw(const char* name) {
+  bool declared = false;
+  for (const auto& v : envRegistry()) declared = declared || std::strcmp(v.name, name) == 0;
+  if (!declared) MESHCOMM_THROW(ErrorCode::InternalError, "environment variable ", name, " is not declared");
+  const char* s = std::getenv(name);
+  if (s && *s) return std::string(s);
+  return std::nullopt;
+}
+
+}  // namespace meshcomm

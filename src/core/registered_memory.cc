@@ -1,0 +1,375 @@
+#include "meshcomm/registered_memory.hpp"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "base/cu_driver.hpp"
+#include "base/logging.hpp"
+#include "core/fd_broker.hpp"
+#include "core/peer_mapping_cache.hpp"
+#include "core/registered_memory_impl.hpp"
+#include "meshcomm/errors.hpp"
+#include "meshcomm/gpu_utils.hpp"
+
+namespace meshcomm {
+
+const char* memoryKindName(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::DeviceCudaMalloc:
+      return "cudaMalloc device";
+    case MemoryKind::DeviceCuMem:
+      return "cuMem device";
+    case MemoryKind::Host:
+      return "pinned host";
+  }
+  return "unknown";
+}
+
+// ---- MemoryDescriptor --------------------------------------------------------------------------------
+
+MemoryDescriptor MemoryDescriptor::make() {
+  MemoryDescriptor d;
+  std::memset(&d, 0, sizeof(d));
+  d.magic = kMagic;
+  d.version = kVersion;
+  d.structBytes = static_cast<uint32_t>(sizeof(MemoryDescriptor));
+  return d;
+}
+
+std::vector<char> MemoryDescriptor::toBytes() const {
+  std::vector<char> out(sizeof(MemoryDescriptor));
+  std::memcpy(out.data(), this, sizeof(MemoryDescriptor));
+  return out;
+}
+
+MemoryDescriptor MemoryDescriptor::fromBytes(const void* data, size_t bytes, const std::string& context) {
+  if (data == nullptr || bytes != sizeof(MemoryDescriptor)) {
+    MESHCOMM_THROW(ErrorCode::RemoteError, context, ": memory descriptor has ", bytes, " bytes, expected ",
+                   sizeof(MemoryDescriptor),
+                   " (truncated, not a memory descriptor, or a peer running another "
+                   "meshcomm version)");
+  }
+  MemoryDescriptor d;
+  std::memcpy(&d, data, sizeof(d));
+  d.validate(context);
+  return d;
+}
+
+void MemoryDescriptor::validate(const std::string& context) const {
+  auto bad = [&](const std::string& what) {
+    MESHCOMM_THROW(ErrorCode::RemoteError, context, ": invalid memory descriptor: ", what);
+  };
+  if (magic != kMagic) bad(detail::concat("bad magic 0x", std::hex, magic, " (not a memory descriptor)"));
+  if (version != kVersion) {
+    bad(detail::concat("version ", version, ", this meshcomm speaks version ", kVersion));
+  }
+  if (structBytes != sizeof(MemoryDescriptor)) {
+    bad(detail::concat("declares ", structBytes, " bytes, expected ", sizeof(MemoryDescriptor)));
+  }
+  const auto k = static_cast<MemoryKind>(kind);
+  if (k != MemoryKind::DeviceCudaMalloc && k != MemoryKind::DeviceCuMem && k != MemoryKind::Host) {
+    bad(detail::concat("unknown memory kind ", static_cast<int>(kind)));
+  }
+  if (ownerRank < 0) bad(detail::concat("negative owner rank ", ownerRank));
+  if (deviceIndex < 0) bad(detail::concat("negative device index ", deviceIndex));
+  if (id == 0) bad("registration id 0");
+  if (size == 0) bad("size 0");
+  if (offsetFromBase > baseSize || size > baseSize - offsetFromBase) {
+    bad(detail::concat("range [", offsetFromBase, ", +", size, ") exceeds its allocation of ", baseSize,
+                       " bytes"));
+  }
+  if (ownerBase > UINT64_MAX - baseSize) bad("allocation base + size overflows");
+  if (std::memchr(brokerName, '\0', sizeof(brokerName)) == nullptr) bad("broker name not terminated");
+  if (k == MemoryKind::DeviceCuMem) {
+    if (exportId == 0) bad("cuMem memory without an export id");
+    if (brokerName[0] == '\0') bad("cuMem memory without an fd broker name");
+  }
+}
+
+// ---- LocalRegistry -----------------------------------------------------------------------------------
+
+LocalRegistry::~LocalRegistry() {
+  // Every registration holds the registry, so nothing is left here in normal operation; be safe anyway.
+  for (auto& kv : exports_) {
+    FdBroker::instance().withdraw(kv.second.exportId);
+    try {
+      cuDriver().cuMemRelease(static_cast<CUmemGenericAllocationHandle>(kv.first));
+    } catch (...) {
+    }
+  }
+}
+
+uint64_t LocalRegistry::add(const internal::LocalMemoryView& view) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const uint64_t id = nextId_++;
+  live_.emplace(id, view);
+  return id;
+}
+
+void LocalRegistry::remove(uint64_t id) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  live_.erase(id);
+}
+
+std::optional<internal::LocalMemoryView> LocalRegistry::find(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end()) return std::nullopt;
+  return it->second;
+}
+
+size_t LocalRegistry::liveCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.size();
+}
+
+uint64_t LocalRegistry::acquireExport(unsigned long long handle, const std::string& context) {
+  const CuDriver& drv = cuDriver();
+  const auto h = static_cast<CUmemGenericAllocationHandle>(handle);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = exports_.find(handle);
+  if (it != exports_.end()) {
+    ++it->second.refs;
+    drv.cuMemRelease(h);  // the export keeps the first registration's retain
+    return it->second.exportId;
+  }
+  int fd = -1;
+  CUresult r = drv.cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+  if (r != CUDA_SUCCESS) {
+    drv.cuMemRelease(h);
+    if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_INVALID_VALUE) {
+      MESHCOMM_THROW(
+          ErrorCode::InvalidUsage, context,
+          ": the memory was allocated by cuMemCreate without POSIX fd handle type, so it cannot be "
+          "shared with other processes (set CUmemAllocationProp::requestedHandleTypes to "
+          "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, or use GpuBuffer(bytes, GpuMemoryKind::CuMem))");
+    }
+    throwCuResult(r, (context + ": cuMemExportToShareableHandle(POSIX_FD)").c_str());
+  }
+  uint64_t exportId = 0;
+  try {
+    exportId = FdBroker::instance().publish(fd);
+  } catch (...) {
+    ::close(fd);
+    drv.cuMemRelease(h);
+    throw;
+  }
+  ::close(fd);  // the broker holds its own duplicate
+  try {
+    exports_.emplace(handle, Export{exportId, 1});
+  } catch (...) {
+    FdBroker::instance().withdraw(exportId);
+    drv.cuMemRelease(h);
+    throw;
+  }
+  return exportId;
+}
+
+void LocalRegistry::releaseExport(unsigned long long handle) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = exports_.find(handle);
+  if (it == exports_.end()) return;
+  if (--it->second.refs > 0) return;
+  FdBroker::instance().withdraw(it->second.exportId);
+  try {
+    CUresult r = cuDriver().cuMemRelease(static_cast<CUmemGenericAllocationHandle>(handle));
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) {
+      MESHCOMM_LOG(WARN, "rank ", rank_, ": cuMemRelease of an exported allocation handle failed (CUresult ",
+                   r, ")");
+    }
+  } catch (...) {
+  }
+  exports_.erase(it);
+}
+
+size_t LocalRegistry::exportCount() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exports_.size();
+}
+
+// ---- registration ------------------------------------------------------------------------------------
+
+std::shared_ptr<RegisteredMemory::Impl> registerLocalMemory(const std::shared_ptr<LocalRegistry>& registry,
+                                                            int rank, int device, uint64_t hostId, void* ptr,
+                                                            size_t bytes, std::shared_ptr<void> keepAlive) {
+  const std::string context =
+      detail::concat("rank ", rank, ": registerMemory(ptr=", ptr, ", bytes=", bytes, ")");
+  MESHCOMM_REQUIRE(ptr != nullptr, context, ": null pointer");
+  MESHCOMM_REQUIRE(bytes > 0, context, ": zero bytes");
+  MESHCOMM_REQUIRE(reinterpret_cast<uintptr_t>(ptr) <= UINTPTR_MAX - bytes, context, ": range wraps around");
+  if (!registry) MESHCOMM_THROW(ErrorCode::InternalError, context, ": no registry");
+
+  CudaDeviceGuard guard(device);
+  cudaPointerAttributes attr{};
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    MESHCOMM_THROW(ErrorCode::CudaError, context,
+                   ": cudaPointerGetAttributes failed: ", cudaGetErrorName(err), " (",
+                   cudaGetErrorString(err), ")");
+  }
+
+  MemoryDescriptor d = MemoryDescriptor::make();
+  d.ownerRank = rank;
+  d.deviceIndex = device;
+  d.hostId = hostId;
+  d.ownerPid = static_cast<uint64_t>(::getpid());
+  d.size = bytes;
+  bool hasExport = false;
+  unsigned long long exportHandle = 0;
+  internal::LocalMemoryView view{ptr, bytes, MemoryKind::Host};
+
+  switch (attr.type) {
+    case cudaMemoryTypeUnregistered:
+      MESHCOMM_THROW(
+          ErrorCode::InvalidUsage, context,
+          ": pageable host memory (not allocated or registered with CUDA); register device memory, or "
+          "pinned host memory from cudaMallocHost/cudaHostAlloc/cudaHostRegister");
+    case cudaMemoryTypeManaged:
+      MESHCOMM_THROW(
+          ErrorCode::InvalidUsage, context,
+          ": managed memory (cudaMallocManaged) cannot be shared with peers; use cudaMalloc or cuMem "
+          "memory");
+    case cudaMemoryTypeHost: {
+      cudaPointerAttributes last{};
+      err = cudaPointerGetAttributes(&last, static_cast<char*>(ptr) + (bytes - 1));
+      if (err != cudaSuccess || last.type != cudaMemoryTypeHost) {
+        (void)cudaGetLastError();
+        MESHCOMM_THROW(ErrorCode::InvalidUsage, context,
+                       ": the range extends past the end of its pinned host allocation");
+      }
+      d.kind = static_cast<uint8_t>(MemoryKind::Host);
+      d.offsetFromBase = 0;
+      d.baseSize = bytes;
+      d.ownerBase = reinterpret_cast<uintptr_t>(ptr);
+      view.kind = MemoryKind::Host;
+      break;
+    }
+    case cudaMemoryTypeDevice: {
+      if (attr.device != device) {
+        MESHCOMM_THROW(ErrorCode::InvalidUsage, context, ": the memory is on device ", attr.device,
+                       " but this communicator uses device ", device);
+      }
+      const CuDriver& drv = cuDriver();
+      CUdeviceptr base = 0;
+      size_t baseSize = 0;
+      CUresult r = drv.cuMemGetAddressRange(&base, &baseSize, reinterpret_cast<CUdeviceptr>(ptr));
+      if (r != CUDA_SUCCESS) throwCuResult(r, (context + ": cuMemGetAddressRange").c_str());
+      const uintptr_t p = reinterpret_cast<uintptr_t>(ptr);
+      if (p < base || p - base > baseSize || bytes > baseSize - (p - base)) {
+        MESHCOMM_THROW(ErrorCode::InvalidUsage, context,
+                       ": the range extends past the end of its allocation [0x", std::hex, base, ", 0x",
+                       base + baseSize, std::dec, ") of ", baseSize,
+                       " bytes; register each allocation separately");
+      }
+      d.offsetFromBase = p - base;
+      d.baseSize = baseSize;
+      d.ownerBase = base;
+      CUmemGenericAllocationHandle handle = 0;
+      if (drv.cuMemRetainAllocationHandle(&handle, ptr) == CUDA_SUCCESS) {
+        // VMM memory: shared as a POSIX fd through this process's fd broker.
+        std::string brokerName;
+        try {
+          brokerName = FdBroker::instance().name();
+          if (brokerName.size() >= sizeof(d.brokerName)) {
+            MESHCOMM_THROW(ErrorCode::InternalError, context, ": fd broker name too long");
+          }
+        } catch (...) {
+          drv.cuMemRelease(handle);
+          throw;
+        }
+        d.exportId = registry->acquireExport(handle, context);  // consumes the retain, also when it throws
+        hasExport = true;
+        exportHandle = handle;
+        std::memcpy(d.brokerName, brokerName.data(), brokerName.size());
+        d.kind = static_cast<uint8_t>(MemoryKind::DeviceCuMem);
+        view.kind = MemoryKind::DeviceCuMem;
+      } else {
+        err = cudaIpcGetMemHandle(&d.ipcHandle, reinterpret_cast<void*>(base));
+        if (err != cudaSuccess) {
+          (void)cudaGetLastError();
+          MESHCOMM_THROW(
+              ErrorCode::CudaError, context, ": cudaIpcGetMemHandle of the allocation base 0x", std::hex,
+              base, std::dec, " failed: ", cudaGetErrorName(err), " (", cudaGetErrorString(err),
+              "); memory from cudaMallocAsync/memory pools cannot be shared through CUDA IPC handles");
+        }
+        d.kind = static_cast<uint8_t>(MemoryKind::DeviceCudaMalloc);
+        view.kind = MemoryKind::DeviceCudaMalloc;
+      }
+      break;
+    }
+    default:
+      MESHCOMM_THROW(ErrorCode::InvalidUsage, context, ": unknown CUDA memory type ",
+                     static_cast<int>(attr.type));
+  }
+
+  // From here on the Impl owns the export reference and the registry entry.
+  std::shared_ptr<RegisteredMemory::Impl> impl;
+  try {
+    d.id = registry->add(view);
+    impl = std::make_shared<RegisteredMemory::Impl>(d, ptr, registry, hasExport, exportHandle,
+                                                    std::move(keepAlive));
+  } catch (...) {
+    if (d.id != 0) registry->remove(d.id);
+    if (hasExport) registry->releaseExport(exportHandle);
+    throw;
+  }
+  MESHCOMM_LOG(DEBUG, context, ": registered ", memoryKindName(view.kind), " memory as id ", d.id);
+  return impl;
+}
+
+// ---- RegisteredMemory::Impl --------------------------------------------------------------------------
+
+RegisteredMemory::Impl::Impl(const MemoryDescriptor& desc, void* ptr, std::shared_ptr<LocalRegistry> registry,
+                             bool hasExport, unsigned long long exportHandle, std::shared_ptr<void> keepAlive)
+    : desc_(desc),
+      local_(true),
+      data_(ptr),
+      registry_(std::move(registry)),
+      hasExport_(hasExport),
+      exportHandle_(exportHandle),
+      keepAlive_(std::move(keepAlive)) {}
+
+RegisteredMemory::Impl::Impl(const MemoryDescriptor& desc, void* data,
+                             std::shared_ptr<const PeerMapping> mapping)
+    : desc_(desc), local_(false), data_(data), mapping_(std::move(mapping)) {}
+
+RegisteredMemory::Impl::~Impl() {
+  if (local_ && registry_) {
+    registry_->remove(desc_.id);
+    if (hasExport_) registry_->releaseExport(exportHandle_);
+  }
+  // mapping_ (remote) releases its import through the cache; keepAlive_ frees owned buffers last.
+}
+
+// ---- RegisteredMemory --------------------------------------------------------------------------------
+
+void* RegisteredMemory::data() const {
+  return impl_ ? impl_->data() : nullptr;
+}
+size_t RegisteredMemory::size() const {
+  return impl_ ? impl_->size() : 0;
+}
+int RegisteredMemory::rank() const {
+  return impl_ ? impl_->rank() : -1;
+}
+bool RegisteredMemory::isLocal() const {
+  return impl_ && impl_->isLocal();
+}
+bool RegisteredMemory::isMapped() const {
+  return impl_ && impl_->isMapped();
+}
+uint64_t RegisteredMemory::id() const {
+  return impl_ ? impl_->id() : 0;
+}
+
+MemoryKind RegisteredMemory::kind() const {
+  if (!impl_)
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "RegisteredMemory::kind() on an empty RegisteredMemory");
+  return impl_->kind();
+}
+
+}  // namespace meshcomm
