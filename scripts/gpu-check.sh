@@ -24,6 +24,9 @@ JOBS=${JOBS:-$(nproc)}
 
 # NVLink multicast (NVLS) stays off on the shared machines; nothing here uses it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# Shared libraries must link the shared libstdc++ (the one torch loads); some images point CXX at a
+# wrapper that finds only the static one. Prefer the system compiler where it exists (as scripts/build.sh).
+if [[ -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
 
 RUN="$BUILD/tools/meshcomm-run"
 GPU_TESTS="$BUILD/tests/meshcomm_gpu_tests"
@@ -105,6 +108,16 @@ else
 fi
 
 not_built() { record "$1" FAIL 0 "not built"; }
+
+# ---- 2b. libmeshcomm links the shared libstdc++ (no private static copy) -----------------------------
+if [[ $BUILT -eq 1 ]]; then
+  ldd "$BUILD/libmeshcomm.so" >>"$OUT/build.log" 2>&1
+  if ldd "$BUILD/libmeshcomm.so" | grep -q 'libstdc++\.so\.6'; then
+    record shared-libstdcxx PASS 0 "$(ldd "$BUILD/libmeshcomm.so" | grep -o 'libstdc++[^ ]* => [^ ]*')"
+  else
+    record shared-libstdcxx FAIL 0 "libmeshcomm.so does not load libstdc++.so.6 (static copy?)"
+  fi
+fi
 
 # ---- 3. CPU unit tests ---------------------------------------------------------------------------------
 : >"$OUT/unit.log"

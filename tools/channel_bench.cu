@@ -20,6 +20,9 @@
 // * GB/s = bytes / time / 1e9 (bytes in one direction; bidirectional rows count both: 2 * bytes).
 // * CE baseline: cudaMemcpyAsync from local memory into the peer's buffer mapped here by CUDA IPC, i.e. the
 //   copy-engine path of cudaMemcpyPeerAsync (and of PortChannel's CUDA IPC connection) between processes.
+// * Peer baseline (rows ce_peer_*): a literal cudaMemcpyPeerAsync between rank 0's and rank 1's devices,
+//   both driven from rank 0's process (rank 1 waits meanwhile); bidirectional = one stream per device
+//   copying towards the other at once. Ratios (vs_CE, TARGET) use the faster of the two baselines.
 // * Latency rows: ping-pong inside one kernel (10^4 round trips for MemoryChannel semaphores, 10^3 for
 //   PortChannel and LL16 packets); time = round trip / 2 (one-way latency).
 // * Before each row's timing, one untimed iteration runs on poisoned destinations and the receivers count
@@ -319,6 +322,9 @@ class Bench {
                   const std::string& check);
 
   Work ceWork(Dir d, uint64_t bytes);
+  // Rank 0 only: median microseconds of cudaMemcpyPeerAsync towards rank 1's device (rank 1 waits).
+  double peerCopyMicros(Dir d, uint64_t bytes);
+  double peerCopyRow(Dir d, uint64_t bytes);
   Work memWork(Dir d, uint64_t bytes, const MemConfig& c);
   Work portWork(Dir d, uint64_t bytes, uint64_t chunk);
   int residentBlocks(const MemConfig& c) const;
@@ -346,6 +352,10 @@ class Bench {
   std::unique_ptr<ProxyService> proxy_;
   PortChannelDeviceHandle port_{};
   GpuBuffer wrong_;
+  // Rank 0's cudaMemcpyPeerAsync baseline: buffers and a stream on the peer's device.
+  int peerDevice_ = -1;
+  GpuBuffer peerDst_, peerSrc_, localDstForPeer_;
+  cudaStream_t peerStream_ = nullptr;
   uint32_t llFlag_ = 1;  // LL flags start at 1 and only grow
 
   std::vector<Row> rows_;
@@ -373,6 +383,7 @@ Bench::Bench(Communicator& comm, const Options& opts)
   MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
 
   // Pairwise setup with the peer; both ranks make the same calls in the same order.
+  peerDevice_ = swap<int>(comm_.cudaDevice());
   srcMem_ = comm_.registerMemory(src_.data(), maxBytes);
   dstMem_ = comm_.registerMemory(dst_.data(), maxBytes);
   packetsMem_ = comm_.registerMemory(packets_.data(), packets_.size());
@@ -425,6 +436,7 @@ Bench::~Bench() {
   for (auto e : start_) cudaEventDestroy(e);
   for (auto e : stop_) cudaEventDestroy(e);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (peerStream_ != nullptr) cudaStreamDestroy(peerStream_);
 }
 
 std::vector<float> Bench::swapVector(const std::vector<float>& mine) {
@@ -515,6 +527,70 @@ Bench::Work Bench::ceWork(Dir d, uint64_t bytes) {
   };
 }
 
+double Bench::peerCopyMicros(Dir d, uint64_t bytes) {
+  if (peerStream_ == nullptr) {
+    const int err = cudaDeviceEnablePeerAccess(peerDevice_, 0);
+    if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled) MESHCOMM_CUDA_CHECK(err);
+    cudaGetLastError();  // clear cudaErrorPeerAccessAlreadyEnabled
+    localDstForPeer_ = GpuBuffer(opts_.maxBytes);
+    CudaDeviceGuard onPeer(peerDevice_);
+    const int err2 = cudaDeviceEnablePeerAccess(comm_.cudaDevice(), 0);
+    if (err2 != cudaSuccess && err2 != cudaErrorPeerAccessAlreadyEnabled) MESHCOMM_CUDA_CHECK(err2);
+    cudaGetLastError();
+    peerDst_ = GpuBuffer(opts_.maxBytes);
+    peerSrc_ = GpuBuffer(opts_.maxBytes);
+    MESHCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&peerStream_, cudaStreamNonBlocking));
+  }
+  const int self = comm_.cudaDevice();
+  cudaEvent_t begin, peerDone;
+  MESHCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&begin, cudaEventDisableTiming));
+  MESHCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&peerDone, cudaEventDisableTiming));
+  auto work = [&](cudaStream_t s) {
+    MESHCOMM_CUDA_CHECK(cudaMemcpyPeerAsync(peerDst_.data(), peerDevice_, src_.data(), self, bytes, s));
+    if (d == Dir::Bidir) {  // the reverse copy runs on the peer device's stream, joined back into `s`
+      MESHCOMM_CUDA_CHECK(cudaEventRecord(begin, s));
+      MESHCOMM_CUDA_CHECK(cudaStreamWaitEvent(peerStream_, begin));
+      MESHCOMM_CUDA_CHECK(cudaMemcpyPeerAsync(localDstForPeer_.data(), self, peerSrc_.data(), peerDevice_,
+                                              bytes, peerStream_));
+      MESHCOMM_CUDA_CHECK(cudaEventRecord(peerDone, peerStream_));
+      MESHCOMM_CUDA_CHECK(cudaStreamWaitEvent(s, peerDone));
+    }
+  };
+  std::vector<float> us;
+  for (int i = 0; i < opts_.warmup + opts_.iters; ++i) {
+    cudaEvent_t a, b;
+    MESHCOMM_CUDA_CHECK(cudaEventCreate(&a));
+    MESHCOMM_CUDA_CHECK(cudaEventCreate(&b));
+    MESHCOMM_CUDA_CHECK(cudaEventRecord(a, stream_));
+    work(stream_);
+    MESHCOMM_CUDA_CHECK(cudaEventRecord(b, stream_));
+    MESHCOMM_CUDA_CHECK(cudaEventSynchronize(b));
+    float ms = 0;
+    MESHCOMM_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+    if (i >= opts_.warmup) us.push_back(ms * 1000.0f);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+  }
+  cudaEventDestroy(begin);
+  cudaEventDestroy(peerDone);
+  return median(us);
+}
+
+double Bench::peerCopyRow(Dir d, uint64_t bytes) {
+  double gbps = 0;
+  if (rank_ == 0) {
+    const double t = peerCopyMicros(d, bytes);
+    gbps = static_cast<double>(bytes) * (d == Dir::Bidir ? 2 : 1) / (t * 1e-6) / 1e9;
+    const std::string name = detail::concat("ce_peer_", dirName(d));
+    rows_.push_back(Row{name, bytes, t, gbps, 1.0, "-"});
+    std::printf("  %-40s %12llu %10.2f %9.2f\n", name.c_str(), static_cast<unsigned long long>(bytes), t,
+                gbps);
+    std::fflush(stdout);
+  }
+  swap<int>(0);  // rank 1 waits here while rank 0 uses both devices
+  return gbps;
+}
+
 Bench::Work Bench::memWork(Dir d, uint64_t bytes, const MemConfig& c) {
   return [this, d, bytes, c](cudaStream_t s) {
     auto* chans = static_cast<const MemoryChannelDeviceHandle*>(chanHandles_.data());
@@ -566,12 +642,16 @@ void Bench::run() {
   // (1) Copy-engine baseline.
   std::vector<double> ce[2];
   for (Dir d : dirs)
-    for (uint64_t b : sizes)
-      ce[d == Dir::Bidir].push_back(
-          bandwidthRow(detail::concat("ce_memcpy_", dirName(d)), d, b, ceWork(d, b), -1));
-  // ratio of the CE rows to themselves
-  if (rank_ == 0)
-    for (auto& r : rows_) r.ratio = 1.0;
+    for (uint64_t b : sizes) {
+      const double ipc = bandwidthRow(detail::concat("ce_memcpy_", dirName(d)), d, b, ceWork(d, b), -1);
+      const double peer = peerCopyRow(d, b);
+      const double best = std::max(ipc, peer);
+      ce[d == Dir::Bidir].push_back(best);
+      if (rank_ == 0) {  // the last two rows are this size's baselines
+        rows_[rows_.size() - 2].ratio = ipc / best;
+        rows_.back().ratio = peer / best;
+      }
+    }
   auto ceAt = [&](Dir d, size_t i) { return ce[d == Dir::Bidir][i]; };
 
   // (2) MemoryChannel put: try configurations at the largest size, sweep with the best.
