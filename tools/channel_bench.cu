@@ -544,7 +544,10 @@ double Bench::peerCopyMicros(Dir d, uint64_t bytes) {
   const int self = comm_.cudaDevice();
   cudaEvent_t begin, peerDone;
   MESHCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&begin, cudaEventDisableTiming));
-  MESHCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&peerDone, cudaEventDisableTiming));
+  {  // an event is recorded only on streams of the device it was created on
+    CudaDeviceGuard onPeer(peerDevice_);
+    MESHCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&peerDone, cudaEventDisableTiming));
+  }
   auto work = [&](cudaStream_t s) {
     MESHCOMM_CUDA_CHECK(cudaMemcpyPeerAsync(peerDst_.data(), peerDevice_, src_.data(), self, bytes, s));
     if (d == Dir::Bidir) {  // the reverse copy runs on the peer device's stream, joined back into `s`
