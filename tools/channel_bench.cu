@@ -549,15 +549,15 @@ double Bench::peerCopyMicros(Dir d, uint64_t bytes) {
     MESHCOMM_CUDA_CHECK(cudaEventCreateWithFlags(&peerDone, cudaEventDisableTiming));
   }
   auto work = [&](cudaStream_t s) {
-    MESHCOMM_CUDA_CHECK(cudaMemcpyPeerAsync(peerDst_.data(), peerDevice_, src_.data(), self, bytes, s));
-    if (d == Dir::Bidir) {  // the reverse copy runs on the peer device's stream, joined back into `s`
+    if (d == Dir::Bidir) {  // the reverse copy starts with the forward one on the peer device's stream
       MESHCOMM_CUDA_CHECK(cudaEventRecord(begin, s));
       MESHCOMM_CUDA_CHECK(cudaStreamWaitEvent(peerStream_, begin));
       MESHCOMM_CUDA_CHECK(cudaMemcpyPeerAsync(localDstForPeer_.data(), self, peerSrc_.data(), peerDevice_,
                                               bytes, peerStream_));
       MESHCOMM_CUDA_CHECK(cudaEventRecord(peerDone, peerStream_));
-      MESHCOMM_CUDA_CHECK(cudaStreamWaitEvent(s, peerDone));
     }
+    MESHCOMM_CUDA_CHECK(cudaMemcpyPeerAsync(peerDst_.data(), peerDevice_, src_.data(), self, bytes, s));
+    if (d == Dir::Bidir) MESHCOMM_CUDA_CHECK(cudaStreamWaitEvent(s, peerDone));  // joined back into `s`
   };
   std::vector<float> us;
   for (int i = 0; i < opts_.warmup + opts_.iters; ++i) {
