@@ -7,6 +7,7 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v clang-format >/dev/null || need+=(clang-format)
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -d /usr/src/googletest ]; then need+=(googletest libgtest-dev); fi
+if [ ! -f /usr/include/nlohmann/json.hpp ]; then need+=(nlohmann-json3-dev); fi
 if [ ${#need[@]} -eq 0 ]; then exit 0; fi
 sudo=""
 [ "$(id -u)" -eq 0 ] || sudo="sudo"

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "meshcomm/device/atomics.hpp"
+#include "meshcomm/device/comm_device.hpp"
 #include "meshcomm/device/copy.hpp"
 #include "meshcomm/device/device_error.hpp"
 #include "meshcomm/device/fifo_device.hpp"

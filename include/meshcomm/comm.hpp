@@ -1,0 +1,93 @@
+// Comm: the collective API on raw device pointers and a cudaStream_t. Built collectively on top of a
+// Communicator; owns the shared CommResources, the algorithm collection and the selector. Every call
+// validates its arguments (errors name rank, operation and argument), selects an algorithm and enqueues
+// it: no host synchronisation or allocation on the steady path, so every call can be captured in a CUDA
+// graph. Device-side failures (a peer that stopped) surface through checkError() and on the next call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "meshcomm/algorithm.hpp"
+#include "meshcomm/bootstrap.hpp"
+#include "meshcomm/comm_resources.hpp"
+#include "meshcomm/selector.hpp"
+#include "meshcomm/types.hpp"
+
+namespace meshcomm {
+
+struct CommConfig {
+  int cudaDevice = -1;  // -1: the current device
+  CommResourcesConfig resources;
+};
+
+class Comm {
+ public:
+  // Collective: every rank constructs its Comm with the same bootstrap group.
+  explicit Comm(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config = {});
+  // TcpBootstrap::fromEnvironment(); device = LOCAL_RANK unless config says otherwise.
+  static std::unique_ptr<Comm> fromEnvironment(CommConfig config = {});
+  ~Comm();
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  int rank() const;
+  int size() const;
+  int cudaDevice() const;
+  Communicator& communicator() const;
+  CommResources& resources() const;
+
+  void allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op, cudaStream_t stream);
+  // recv holds size()*sendCount elements; in place when send == recv + rank*sendCount.
+  void allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream);
+  // send holds size()*recvCount elements; in place when recv == send + rank*recvCount.
+  void reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOpSpec op,
+                     cudaStream_t stream);
+  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root, cudaStream_t stream);
+  // recv is used on the root only (may be null elsewhere).
+  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op, int root,
+              cudaStream_t stream);
+  // recv (size()*sendCount elements) on the root only.
+  void gather(const void* send, void* recv, size_t sendCount, DataType dtype, int root, cudaStream_t stream);
+  // send (size()*recvCount elements) on the root only.
+  void scatter(const void* send, void* recv, size_t recvCount, DataType dtype, int root, cudaStream_t stream);
+  // send and recv hold size()*countPerPeer elements.
+  void allToAll(const void* send, void* recv, size_t countPerPeer, DataType dtype, cudaStream_t stream);
+  // Counts and displacements (elements, size() entries each) on the host or in device memory of this GPU
+  // (no host synchronisation either way; device arrays may change between calls and graph replays).
+  void allToAllv(const void* send, const size_t* sendCounts, const size_t* sendDispls, void* recv,
+                 const size_t* recvCounts, const size_t* recvDispls, DataType dtype, cudaStream_t stream,
+                 CountsLocation where = CountsLocation::Host);
+  // Point-to-point. Outside a group each call runs alone; between groupStart() and groupEnd() sends and
+  // receives are collected and groupEnd() launches them as one kernel (all on the stream of the group's
+  // first operation; every operation of a group must use the same stream).
+  void send(const void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream);
+  void recv(void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream);
+  void groupStart();
+  void groupEnd();
+  // A device-side barrier of all ranks on `stream`.
+  void barrier(cudaStream_t stream);
+
+  // Throws the first device-side error of this communicator (Error(Timeout) naming rank, peer, op).
+  void checkError() const;
+
+  AlgorithmCollection& algorithms();
+  // Registers a user algorithm (collective: all ranks, same order) and calls its initialize().
+  void addAlgorithm(std::shared_ptr<Algorithm> algorithm);
+  Selector& selector();
+  void setSelector(Selector selector);
+  // What the selector picks for `args` (for tools and tests).
+  Selection select(const CollectiveArgs& args) const;
+  // Runs `args` with a named algorithm (tools/tuner); throws if it does not support the call.
+  void run(const CollectiveArgs& args, const std::string& algorithm, LaunchConfig config = {});
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshcomm
