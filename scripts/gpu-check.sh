@@ -4,11 +4,16 @@
 #   scripts/gpu-check.sh OUT_DIR
 #
 # Steps: environment and topology -> configure + build (Release, all cores) -> CPU unit tests -> GPU tests
-# with 2 ranks and with all GPUs -> the killed-rank test (MESHCOMM_TEST_EXPECT_KILL mode) -> the ping-pong
-# example -> meshcomm-channel-bench on 2 GPUs (--json). A failed step is recorded and the script goes on;
-# it exits 1 at the end if any step failed. OUT_DIR receives at most 8 files:
-#   env.log build.log unit.log gpu2.log gpuN.log extra.log (failure test, example, benchmark) bench.json
-#   summary.md (step table + benchmark table; printed at the end)
+# with 2 ranks (core tests; the collective suite too when the host has only 2 GPUs) and with all GPUs
+# (everything, collective correctness suite included) -> the killed-rank test (MESHCOMM_TEST_EXPECT_KILL
+# mode) -> the ping-pong example -> meshcomm-channel-bench on 2 GPUs (--json) -> meshcomm-bench -o all vs
+# NCCL on all GPUs (--json). A failed step is recorded and the script goes on; it exits 1 at the end if any
+# step failed. OUT_DIR receives at most 8 files:
+#   env.log build.log (configure, build, CPU unit tests) gpu2.log gpuN.log
+#   extra.log (failure test, example, both benchmarks' output) bench.json (channel bench)
+#   coll_bench.json (collective bench) summary.md (step table + benchmark tables; printed at the end)
+# Runtime budget (4x H200): build ~2-3 min, GPU tests ~1 min (2 ranks) + ~3 min (all GPUs), channel bench
+# ~1 min, collective bench ~1-2 min.
 # Environment: BUILD_DIR (default REPO/build), JOBS (default: all cores).
 set -u -o pipefail
 
@@ -32,6 +37,7 @@ RUN="$BUILD/tools/meshcomm-run"
 GPU_TESTS="$BUILD/tests/meshcomm_gpu_tests"
 EXAMPLE="$BUILD/examples/meshcomm-example-ping-pong"
 BENCH="$BUILD/tools/meshcomm-channel-bench"
+COLL_BENCH="$BUILD/tools/meshcomm-bench"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -109,6 +115,21 @@ fi
 
 not_built() { record "$1" FAIL 0 "not built"; }
 
+# nccl_loadable: true when meshcomm-bench --compare nccl can dlopen NCCL (MESHCOMM_BENCH_NCCL_LIB, the
+# loader's search path, or a pip wheel nvidia-nccl-cu*: then MESHCOMM_BENCH_NCCL_LIB is exported).
+nccl_loadable() {
+  local lib=${MESHCOMM_BENCH_NCCL_LIB:-libnccl.so.2}
+  if python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1])" "$lib" 2>/dev/null; then return 0; fi
+  [[ -z ${MESHCOMM_BENCH_NCCL_LIB:-} ]] && ldconfig -p 2>/dev/null | grep -q 'libnccl\.so\.2' && return 0
+  local wheel
+  wheel=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null)
+  if [[ -n $wheel && -f $wheel ]]; then
+    export MESHCOMM_BENCH_NCCL_LIB=$wheel
+    return 0
+  fi
+  return 1
+}
+
 # ---- 2b. libmeshcomm links the shared libstdc++ (no private static copy) -----------------------------
 if [[ $BUILT -eq 1 ]]; then
   ldd "$BUILD/libmeshcomm.so" >>"$OUT/build.log" 2>&1
@@ -120,33 +141,38 @@ if [[ $BUILT -eq 1 ]]; then
 fi
 
 # ---- 3. CPU unit tests ---------------------------------------------------------------------------------
-: >"$OUT/unit.log"
+# (appended to build.log: OUT_DIR holds at most 8 files)
 if [[ $BUILT -eq 1 ]]; then
-  run_step "$OUT/unit.log" ctest --test-dir "$BUILD" -E '^gpu_' --output-on-failure -j 16 --timeout 180
-  record unit-tests "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+% tests passed.*' "$OUT/unit.log" | tail -1)"
+  run_step "$TMP/unit.out" ctest --test-dir "$BUILD" -E '^gpu_' --output-on-failure -j 16 --timeout 180
+  cat "$TMP/unit.out" >>"$OUT/build.log"
+  record unit-tests "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+% tests passed.*' "$TMP/unit.out" | tail -1)"
 else
   not_built unit-tests
 fi
 
-# gpu_step NAME LOG NRANKS TIMEOUT: the GPU test binary under meshcomm-run.
+# gpu_step NAME LOG NRANKS TIMEOUT [GTEST ARGS...]: the GPU test binary under meshcomm-run.
 gpu_step() {
   local name=$1 log=$2 n=$3 limit=$4
+  shift 4
   : >"$log"
   if [[ $BUILT -ne 1 ]]; then
     not_built "$name"
     return
   fi
-  run_step "$log" "$RUN" -n "$n" --timeout "$limit" -- "$GPU_TESTS"
+  run_step "$log" "$RUN" -n "$n" --timeout "$limit" -- "$GPU_TESTS" "$@"
   local note
   note=$(grep -Eo 'meshcomm GPU tests: .*|SKIPPED: .*' "$log" | tail -1)
   record "$name" "$(result_of "$RC")" "$SECS" "${note:-exit status $RC}"
 }
 
 # ---- 4. GPU tests: 2 ranks, then all GPUs --------------------------------------------------------------
-gpu_step gpu-tests-2 "$OUT/gpu2.log" 2 300
+# The collective suite (tests/gpu/test_collectives.cu, ~3 min) runs once: with all GPUs where there are
+# more than 2, else in the 2-rank run.
 if [[ $NGPUS -gt 2 ]]; then
-  gpu_step "gpu-tests-$NGPUS" "$OUT/gpuN.log" "$NGPUS" 300
+  gpu_step gpu-tests-2 "$OUT/gpu2.log" 2 300 --gtest_filter='-Collectives.*'
+  gpu_step "gpu-tests-$NGPUS" "$OUT/gpuN.log" "$NGPUS" 420
 else
+  gpu_step gpu-tests-2 "$OUT/gpu2.log" 2 420
   record gpu-tests-all SKIP 0 "$NGPUS GPU(s): covered by the 2-rank run"
 fi
 
@@ -178,10 +204,23 @@ if [[ $BUILT -eq 1 ]]; then
   else
     record channel-bench "$(result_of "$RC")" "$SECS" "meshcomm-channel-bench -n 2"
   fi
+
+  # Collectives vs NCCL on all GPUs (NCCL loaded at run time; without it the bench runs meshcomm only).
+  COLL_ARGS=(-o all -d bfloat16 -b 1K -e 1G -f 4 --graph-max 16M -c 1 --json "$OUT/coll_bench.json")
+  if ! nccl_loadable; then
+    NCCL_NOTE="libnccl.so.2 not found: meshcomm only"
+  else
+    COLL_ARGS+=(--compare nccl)
+    NCCL_NOTE="vs NCCL"
+  fi
+  run_step "$TMP/coll.out" "$RUN" -n "$NGPUS" --timeout 300 -- "$COLL_BENCH" "${COLL_ARGS[@]}"
+  cat "$TMP/coll.out" >>"$OUT/extra.log"
+  record coll-bench "$(result_of "$RC")" "$SECS" "meshcomm-bench -o all -n $NGPUS ($NCCL_NOTE)"
 else
   not_built killed-rank
   not_built example-ping-pong
   not_built channel-bench
+  not_built coll-bench
 fi
 
 # ---- summary -------------------------------------------------------------------------------------------
@@ -210,6 +249,32 @@ fi
     # The final table: from its header line to the end, without the launcher's "[0] " prefix.
     sed -n '/^\[0\] test  /,$p' "$TMP/bench.out" | sed 's/^\[0\] //' | grep -v '^\[[0-9]*\]'
     echo '```'
+  fi
+  if [[ -s $OUT/coll_bench.json ]]; then
+    echo
+    echo "## meshcomm-bench -o all (bfloat16, all GPUs; ratio = NCCL time / meshcomm time, > 1: meshcomm faster)"
+    echo
+    python3 - "$OUT/coll_bench.json" <<'PY' || echo "(python3 not available: see coll_bench.json)"
+import json, sys
+d = json.load(open(sys.argv[1]))
+print(f"{d.get('nranks')} x {d.get('device')}, NCCL {d.get('nccl_version') or 'not compared'}, time = {d.get('time')}")
+print()
+print("| op | size (B) | timing | algorithm | meshcomm us | NCCL us | ratio | #wrong |")
+print("|---|---|---|---|---|---|---|---|")
+flagged = 0
+for r in d["rows"]:
+    ratio = r.get("ratio")
+    flag = ""
+    if ratio is not None and ratio < 0.9:
+        flag = " **< 0.9**"
+        flagged += 1
+    wrong = (r.get("oop_wrong") or 0) + (r.get("ip_wrong") or 0)
+    f = lambda v: "-" if v is None else f"{v:.2f}"
+    print(f"| {r['op']} | {r['size']} | {r['timing']} | {r['algo']} | {f(r['oop_time_us'])} | "
+          f"{f(r.get('nccl_time_us'))} | {'-' if ratio is None else f'{ratio:.3f}'}{flag} | {wrong} |")
+print()
+print(f"{flagged} row(s) with ratio < 0.9 (meshcomm more than 10% slower than NCCL)")
+PY
   fi
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"

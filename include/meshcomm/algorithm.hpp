@@ -110,7 +110,9 @@ class Algorithm {
   // builds the context collectively (never during graph capture: the call fails with "warm up before
   // capture").
   virtual std::string contextKey(const CollectiveArgs& args) const { return {}; }
-  virtual std::shared_ptr<void> buildContext(CommResources& resources, const CollectiveArgs& args) { return {}; }
+  virtual std::shared_ptr<void> buildContext(CommResources& resources, const CollectiveArgs& args) {
+    return {};
+  }
 
   // Enqueues the collective on args.stream: no host synchronisation, no allocation.
   virtual void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,

@@ -40,7 +40,8 @@ class Comm {
   Communicator& communicator() const;
   CommResources& resources() const;
 
-  void allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op, cudaStream_t stream);
+  void allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op,
+                 cudaStream_t stream);
   // recv holds size()*sendCount elements; in place when send == recv + rank*sendCount.
   void allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream);
   // send holds size()*recvCount elements; in place when recv == send + rank*recvCount.

@@ -17,14 +17,14 @@ namespace meshcomm {
 
 struct SelectorRule {
   Collective collective = Collective::AllReduce;
-  size_t minBytes = 0;                                    // messageBytes range, inclusive
+  size_t minBytes = 0;  // messageBytes range, inclusive
   size_t maxBytes = std::numeric_limits<size_t>::max();
-  int worldSize = 0;                                      // 0: any
-  std::optional<DataType> dtype;                          // unset: any
-  std::optional<bool> inPlace;                            // unset: any
-  std::optional<bool> capturing;                          // unset: any
+  int worldSize = 0;              // 0: any
+  std::optional<DataType> dtype;  // unset: any
+  std::optional<bool> inPlace;    // unset: any
+  std::optional<bool> capturing;  // unset: any
   std::string algorithm;
-  LaunchConfig config;                                    // 0s: the algorithm's defaults
+  LaunchConfig config;  // 0s: the algorithm's defaults
 };
 
 struct Selection {
@@ -42,7 +42,8 @@ class Selector {
   std::string toJson() const;
 
   // Throws Error(InvalidUsage) naming rank, collective and every algorithm's reason when none applies.
-  Selection select(const CollectiveArgs& args, const CommTopology& topo, const AlgorithmCollection& algorithms) const;
+  Selection select(const CollectiveArgs& args, const CommTopology& topo,
+                   const AlgorithmCollection& algorithms) const;
   const std::vector<SelectorRule>& rules() const { return rules_; }
 
  private:

@@ -37,6 +37,17 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Seconds a TCP connection may wait for progress of one chunk (send, receive, flush ack send) before "
        "it "
        "fails with an error naming rank and peer."},
+      {"MESHCOMM_SCRATCH_BYTES", EnvType::Int, "134217728",
+       "Bytes of registered scratch memory per rank that the collectives share (mapped on every peer)."},
+      {"MESHCOMM_PACKET_BYTES", EnvType::Int, "67108864",
+       "Bytes of the registered LL packet buffer per rank; LL algorithms reserve their regions of it."},
+      {"MESHCOMM_CHANNELS_PER_PEER", EnvType::Int, "64",
+       "MemoryChannels (each with its own semaphore pair) the collectives build to every peer."},
+      {"MESHCOMM_ALGO_TABLE", EnvType::String, "",
+       "Path of a JSON algorithm selection table (docs/collectives.md) used instead of the built-in one."},
+      {"MESHCOMM_ALGO", EnvType::String, "",
+       "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "
+       "forced algorithm that cannot run a call is an error."},
   };
   return registry;
 }

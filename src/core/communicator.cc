@@ -102,6 +102,8 @@ const char* deviceOpName(uint32_t op) {
       return "FifoPush";
     case DeviceOp::FifoFlush:
       return "FifoFlush";
+    case DeviceOp::CountMismatch:
+      return "CountMismatch";
   }
   return "unknown-op";
 }
@@ -258,6 +260,11 @@ void Communicator::Impl::checkDeviceError() const {
   }
   std::ostringstream ms;
   ms << std::fixed << std::setprecision(1) << static_cast<double>(waitedNs) / 1e6;
+  if (op == static_cast<uint32_t>(DeviceOp::CountMismatch)) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": counts disagree with peer ", peer,
+                   ": this rank expected ", expected, " bytes, the peer sent ", observed,
+                   " (nothing was written past the expected count)");
+  }
   const std::string waitingFor = peer >= 0 ? detail::concat("peer ", peer) : std::string("the proxy");
   MESHCOMM_THROW(ErrorCode::Timeout, "rank ", wrank, ": device ", deviceOpName(op), " waiting for ",
                  waitingFor, " timed out after ", ms.str(), " ms (expected ", expected, ", observed ",

@@ -234,6 +234,11 @@ TEST(FdBroker, ManyFetchesLeakNothing) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(failures.load(), 0);
+  // The broker thread of this process closes its end of each served connection after the client has its
+  // fd, so give it a moment; the count must come back exactly.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (openFdCount() != before && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
   EXPECT_EQ(openFdCount(), before);
   FdBroker::instance().withdraw(id);
   EXPECT_EQ(FdBroker::instance().publishedCount(), publishedBefore);

@@ -16,7 +16,9 @@ MESHCOMM_DEVICE_INLINE MemoryChannelDeviceHandle& channelRef(const CommDeviceVie
 
 // The i-th peer (0 <= i < nRanks-1) in an order that starts at rank+1, so that ranks spread their
 // traffic over different peers at the same time.
-MESHCOMM_DEVICE_INLINE int peerAt(const CommDeviceView& v, int i) { return (v.rank + 1 + i) % v.nRanks; }
+MESHCOMM_DEVICE_INLINE int peerAt(const CommDeviceView& v, int i) {
+  return (v.rank + 1 + i) % v.nRanks;
+}
 
 // Threads 0..nRanks-2 of the calling block each signal one peer on channel `c`. Release: the block's
 // earlier writes are visible to every peer after its matching wait (call __syncthreads() first).

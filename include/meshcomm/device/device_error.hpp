@@ -19,6 +19,7 @@ enum class DeviceOp : uint32_t {
   PacketRead = 3,         // LL packet flag spin
   FifoPush = 4,           // PortChannel trigger push waiting for FIFO space
   FifoFlush = 5,          // PortChannel flush waiting for the proxy
+  CountMismatch = 6,      // a receiver's expected byte count differs from what the sender sent (not a wait)
 };
 
 // Lives in host-mapped pinned memory, one per Communicator. Written by the first device wait that fails.

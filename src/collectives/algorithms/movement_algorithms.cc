@@ -1,0 +1,21 @@
+// Registration of the data-movement algorithms. Within a collective, registration order is the selector's
+// fallback preference: LL first (it declines calls larger than its packet slot), then scratch.
+#include "collectives/algorithms/movement_algorithms.hpp"
+#include "collectives/builtin.hpp"
+
+namespace meshcomm::builtin {
+
+void registerMovementAlgorithms(AlgorithmCollection& collection) {
+  collection.add(movement::makeAllGatherLL());
+  collection.add(movement::makeAllGatherScratch());
+  collection.add(movement::makeAllToAllLL());
+  collection.add(movement::makeAllToAllScratch());
+  collection.add(movement::makeAllToAllvScratch());
+  collection.add(movement::makeBroadcastScratch());
+  collection.add(movement::makeGatherScratch());
+  collection.add(movement::makeScatterScratch());
+  collection.add(movement::makeSendRecvScratch());
+  collection.add(movement::makeBarrierChannels());
+}
+
+}  // namespace meshcomm::builtin

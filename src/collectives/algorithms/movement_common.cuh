@@ -1,0 +1,609 @@
+// Shared pieces of the data-movement algorithms (allgather, alltoall(v), broadcast, gather, scatter,
+// sendrecv). Two engines, each written once:
+//
+// 1. The LL exchange (llExchangeKernel, LLExchangeAlgorithm): every rank writes its bytes for peer p as
+//    LL16 packets into p's packet region, slot [rank], half (pair epoch & 1); p spins on the flags and
+//    unpacks. No semaphores. Used by allgather_ll and alltoall_ll (they differ only in the input stride).
+//
+// 2. The pairwise scratch pipeline (pairwiseKernel<Plan>, EngineAlgorithm): block (peer p, channel c)
+//    exchanges with p's block (this rank, c) over channel c, in lockstep rounds through the receiver's
+//    scratch slot [sender], double-buffered. A Plan says what each rank sends to / receives from each peer
+//    (byte streams) and what it copies locally; allgather, alltoall(v), broadcast, gather, scatter and
+//    sendrecv are Plans. Data flow of one active pair, per block (docs/collectives.md has the picture):
+//      open:    signal(peer)                      "my previous reads of my scratch are done"
+//               [+ header LL packets: my byte count and signature, when the Plan has kHeader]
+//               self copy share (local, overlaps the peer's opening)
+//               wait(peer) [+ read the peer's header]
+//      phase t = 0..T-1:
+//               put piece t of my stream into peer.scratch[slot rank][buf t%2][block c]
+//               copy piece t-1 of the peer's stream out of my scratch[slot peer][buf (t-1)%2][block c]
+//               __syncthreads; signal(peer); wait(peer)
+//      tail:    copy piece T-1 out.
+//    T = ceil(max(bytes I send to p, bytes p sends to me) / roundBytes), computed identically on both
+//    sides, so every (peer, channel) sees exactly T+1 signals and T+1 waits per call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "meshcomm/algorithm.hpp"
+#include "meshcomm/comm_resources.hpp"
+#include "meshcomm/device/comm_device.hpp"
+#include "meshcomm/device/copy.hpp"
+#include "meshcomm/device/device_error.hpp"
+#include "meshcomm/device/packet.hpp"
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm::movement {
+
+constexpr int kEngineThreads = 512;  // threads of a pairwise-engine block (at most; 64 regs at 1024 spilled)
+constexpr int kLLThreads = 512;      // default threads of an LL block
+constexpr int kLLMaxBlocksPerPeer = 64;        // epoch words per peer of an LL algorithm
+constexpr int kLLPacketsPerThread = 4;         // LL blocks per peer = packets / (threads * this)
+constexpr uint64_t kMinPieceBytes = 32 << 10;  // smallest per-block piece of a round
+constexpr uint64_t kTargetRounds = 4;          // mid sizes run in about this many rounds
+constexpr uint64_t kHeaderBytes = 2 * sizeof(LL16Packet);
+// LL region budgets tried in order at initialize() (the first one the packet buffer can still hold).
+constexpr uint64_t kLLRegionBudgets[] = {4u << 20, 2u << 20, 1u << 20, 512u << 10, 256u << 10};
+
+MESHCOMM_HOST_DEVICE_INLINE uint64_t divUp(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+MESHCOMM_HOST_DEVICE_INLINE uint64_t roundUp16(uint64_t a) {
+  return (a + 15) & ~uint64_t{15};
+}
+MESHCOMM_HOST_DEVICE_INLINE uint64_t minU(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
+MESHCOMM_HOST_DEVICE_INLINE uint64_t maxU(uint64_t a, uint64_t b) {
+  return a > b ? a : b;
+}
+
+// ---- per-pair epochs --------------------------------------------------------------------------------
+// One epoch per (peer, block-local index), in algorithm-owned device words ([nRanks][stride], zeroed).
+// A pair's epoch counts the calls in which the two ranks exchanged packets; both sides advance it in the
+// same calls, so it needs no agreement beyond the call sequence. Block (peer, c) reads word c at the
+// start and, after its last packet read, writes epoch+1 to every word j = c (mod blocksPerPeer) below
+// `stride`: all words of a pair stay equal even when the block count changes between calls, and no block
+// of the same launch reads a word another block writes. LL flag = epoch (mod 2^32-1) + 1, never 0; the
+// packet half is epoch & 1. Safety of the halves: a sender writes half h in pair-epoch e+2 only after its
+// own kernel of epoch e+1 completed, and that kernel read the peer's epoch-(e+1) packets, which the peer
+// wrote after its kernel of epoch e (the last reader of half h) had completed.
+struct PairEpochs {
+  uint64_t* words = nullptr;
+  int stride = 0;
+
+#if defined(__CUDACC__)
+  MESHCOMM_DEVICE_INLINE uint64_t load(int peer, int c) const {
+    return words[static_cast<uint64_t>(peer) * stride + c];
+  }
+  MESHCOMM_DEVICE_INLINE void advance(int peer, int c, int blocksPerPeer, uint64_t epoch) const {
+    for (int j = c; j < stride; j += blocksPerPeer)
+      words[static_cast<uint64_t>(peer) * stride + j] = epoch + 1;
+  }
+#endif
+};
+
+#if defined(__CUDACC__)
+MESHCOMM_DEVICE_INLINE uint32_t llFlag(uint64_t epoch) {
+  return static_cast<uint32_t>(epoch % 0xFFFFFFFFull) + 1u;
+}
+#endif
+
+// ---- packet regions -----------------------------------------------------------------------------------
+// A region reserved at the same offset of every rank's packet buffer: [half 0|1][sender slot 0..n-1].
+// Rank s writes its packets for rank r at r's region, slot s; r reads its own region, slot s.
+struct PacketRegion {
+  uint64_t offset = 0;
+  uint64_t slotBytes = 0;
+  uint64_t halfBytes = 0;
+
+#if defined(__CUDACC__)
+  MESHCOMM_DEVICE_INLINE char* inbox(const CommDeviceView& v, int peer, uint64_t half) const {
+    return static_cast<char*>(v.peerPackets[v.rank]) + offset + half * halfBytes +
+           static_cast<uint64_t>(peer) * slotBytes;
+  }
+  MESHCOMM_DEVICE_INLINE char* outbox(const CommDeviceView& v, int peer, uint64_t half) const {
+    return static_cast<char*>(v.peerPackets[peer]) + offset + half * halfBytes +
+           static_cast<uint64_t>(v.rank) * slotBytes;
+  }
+#endif
+};
+
+inline PacketRegion reservePacketRegion(CommResources& resources, uint64_t slotBytes) {
+  PacketRegion r;
+  r.slotBytes = roundUp16(slotBytes);
+  r.halfBytes = r.slotBytes * static_cast<uint64_t>(resources.view().nRanks);
+  r.offset = resources.reservePacketRegion(2 * r.halfBytes);
+  return r;
+}
+
+// ---- block roles ----------------------------------------------------------------------------------------
+// Blocks [0, nPeers*B) serve peers: block b serves peerAt(b / B) with block-local index (= channel) b % B,
+// so every peer is in flight at once and ranks start on different peers. Other blocks serve none.
+struct BlockRole {
+  int peer;  // -1: none
+  int c;
+};
+
+#if defined(__CUDACC__)
+MESHCOMM_DEVICE_INLINE BlockRole blockRole(const CommDeviceView& v, int blocksPerPeer) {
+  const int b = static_cast<int>(blockIdx.x);
+  if (b < (v.nRanks - 1) * blocksPerPeer) return {device::peerAt(v, b / blocksPerPeer), b % blocksPerPeer};
+  return {-1, 0};
+}
+
+// Block `part` of `nParts` copies its 16-byte-aligned share of a local copy.
+MESHCOMM_DEVICE_INLINE void copyShare(char* dst, const char* src, uint64_t bytes, uint32_t part,
+                                      uint32_t nParts) {
+  if (dst == src || bytes == 0) return;
+  const uint64_t per = roundUp16(divUp(bytes, nParts));
+  const uint64_t off = per * part;
+  if (off >= bytes) return;
+  device::copy(dst + off, src + off, minU(per, bytes - off), threadIdx.x, blockDim.x);
+}
+
+// Records a count mismatch (fatal for the communicator, like a timeout: the host raises it).
+MESHCOMM_DEVICE_INLINE void reportMismatch(SpinContext ctx, int peer, uint64_t expected, uint64_t observed) {
+  ctx.peer = peer;
+  device::reportTimeout(ctx, DeviceOp::CountMismatch, expected, observed, 0);
+}
+#endif
+
+// ---- byte streams -----------------------------------------------------------------------------------------
+// What one rank sends to / receives from one peer: a contiguous range or (sendrecv) a list of segments.
+// toScratch/fromScratch copy the stream range [off, off+len) to/from a contiguous scratch piece with the
+// whole block.
+struct ContigStream {
+  char* ptr = nullptr;
+  uint64_t bytes = 0;
+
+#if defined(__CUDACC__)
+  MESHCOMM_DEVICE_INLINE void toScratch(char* dst, uint64_t off, uint64_t len) const {
+    device::copy(dst, ptr + off, len, threadIdx.x, blockDim.x);
+  }
+  MESHCOMM_DEVICE_INLINE void fromScratch(const char* src, uint64_t off, uint64_t len) const {
+    device::copy(ptr + off, src, len, threadIdx.x, blockDim.x);
+  }
+#endif
+};
+
+struct Seg {
+  char* ptr;
+  uint64_t bytes;
+};
+
+struct SegStream {
+  const Seg* segs = nullptr;
+  int n = 0;
+  uint64_t bytes = 0;
+
+#if defined(__CUDACC__)
+  template <bool kToScratch>
+  MESHCOMM_DEVICE_INLINE void copyRange(char* scratch, uint64_t off, uint64_t len) const {
+    const uint64_t end = off + len;
+    uint64_t base = 0;
+    for (int i = 0; i < n && base < end; ++i) {
+      const uint64_t segEnd = base + segs[i].bytes;
+      const uint64_t lo = maxU(base, off), hi = minU(segEnd, end);
+      if (lo < hi) {
+        char* user = segs[i].ptr + (lo - base);
+        char* piece = scratch + (lo - off);
+        if (kToScratch)
+          device::copy(piece, user, hi - lo, threadIdx.x, blockDim.x);
+        else
+          device::copy(user, piece, hi - lo, threadIdx.x, blockDim.x);
+      }
+      base = segEnd;
+    }
+  }
+  MESHCOMM_DEVICE_INLINE void toScratch(char* dst, uint64_t off, uint64_t len) const {
+    copyRange<true>(dst, off, len);
+  }
+  MESHCOMM_DEVICE_INLINE void fromScratch(const char* src, uint64_t off, uint64_t len) const {
+    copyRange<false>(const_cast<char*>(src), off, len);
+  }
+#endif
+};
+
+// ---- pairwise engine geometry -----------------------------------------------------------------------------
+// Every rank's scratch: [sender slot 0..n-1][buf 0|1][block c < B][blockStride]. Identical on all ranks
+// (depends on scratchBytes, nRanks and B only; all ranks launch the same config for the same call).
+struct EngineGeometry {
+  uint64_t slotBytes = 0;
+  uint64_t bufBytes = 0;
+  uint64_t blockStride = 0;
+  int blocksPerPeer = 1;
+
+  // Per-block piece of a round for a pair whose larger direction carries maxBytes: big enough to amortise
+  // a signal round trip, small enough that mid sizes pipeline over ~kTargetRounds rounds.
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t pieceCap(uint64_t maxBytes) const {
+    const uint64_t want = roundUp16(divUp(maxBytes, static_cast<uint64_t>(blocksPerPeer) * kTargetRounds));
+    return minU(blockStride, maxU(kMinPieceBytes, want));
+  }
+};
+
+struct Piece {
+  uint64_t off;
+  uint64_t len;
+};
+
+// Block c's piece of round t of a stream of `bytes`: the round's range split evenly (16-byte multiples).
+MESHCOMM_HOST_DEVICE_INLINE Piece roundPiece(uint64_t bytes, uint64_t t, uint64_t roundBytes, int B, int c) {
+  const uint64_t rs = t * roundBytes;
+  if (rs >= bytes) return {rs, 0};
+  const uint64_t rl = minU(roundBytes, bytes - rs);
+  const uint64_t per = roundUp16(divUp(rl, static_cast<uint64_t>(B)));
+  const uint64_t off = rs + per * static_cast<uint64_t>(c);
+  if (off >= rs + rl) return {off, 0};
+  return {off, minU(per, rs + rl - off)};
+}
+
+// Defaults of the Plan interface (pairwiseKernel below): no header, no signatures.
+struct PlanBase {
+  static constexpr bool kHeader = false;
+#if defined(__CUDACC__)
+  MESHCOMM_DEVICE_INLINE uint64_t sendSig(int) const {
+    return 0;
+  }
+  MESHCOMM_DEVICE_INLINE uint64_t recvSig(int) const {
+    return 0;
+  }
+#endif
+};
+
+// Plans over (input, output, bytes per rank, root): allgather, broadcast, gather, scatter. Root-centred
+// plans (broadcast, gather, scatter): only pairs that include the root exchange; the others
+// send no signal at all (balanced: neither side of such a pair is active).
+struct RootedPlanBase : PlanBase {
+  char* input;
+  char* output;
+  uint64_t bytes;  // count * dtype size
+  int root;
+#if defined(__CUDACC__)
+  MESHCOMM_DEVICE_INLINE bool active(const CommDeviceView& v, int peer) const {
+    return v.rank == root || peer == root;
+  }
+#endif
+};
+
+#if defined(__CUDACC__)
+// Where a self-copy mismatch is reported (there is no channel to oneself; any peer's context carries the
+// report pointer). Null report when alone.
+MESHCOMM_DEVICE_INLINE SpinContext selfSpinContext(const CommDeviceView& v) {
+  if (v.nRanks < 2) return SpinContext{nullptr, 0, v.rank, v.rank};
+  return device::channelRef(v, device::peerAt(v, 0), 0).semaphore.spin;
+}
+
+#endif
+
+#if defined(__CUDACC__)
+// Header of a pair (kHeader plans): two LL16 packets {bytes, signature} from the block with c == 0.
+MESHCOMM_DEVICE_INLINE void writeHeader(char* outbox, uint64_t bytes, uint64_t sig, uint32_t flag) {
+  auto* p = reinterpret_cast<LL16Packet*>(outbox);
+  p[0].write(static_cast<uint32_t>(bytes), static_cast<uint32_t>(bytes >> 32), flag);
+  p[1].write(static_cast<uint32_t>(sig), static_cast<uint32_t>(sig >> 32), flag);
+}
+
+MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const SpinContext& ctx,
+                                       uint64_t& bytes, uint64_t& sig) {
+  const auto* p = reinterpret_cast<const LL16Packet*>(inbox);
+  uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    bool ok = device::spinUntil(
+        [&](uint64_t& seen) {
+          bool r = p[k].tryRead(flag, w[2 * k], w[2 * k + 1]);
+          seen = w[2 * k];
+          return r;
+        },
+        ctx, DeviceOp::PacketRead, flag);
+    if (!ok) return false;
+  }
+  bytes = static_cast<uint64_t>(w[0]) | (static_cast<uint64_t>(w[1]) << 32);
+  sig = static_cast<uint64_t>(w[2]) | (static_cast<uint64_t>(w[3]) << 32);
+  return true;
+}
+
+// The pairwise scratch pipeline (see the top of this file). Plan interface:
+//   static constexpr bool kHeader;   exchange {bytes, signature} headers (counts not known to the peer)
+//   bool active(v, peer)             this pair exchanges in this call (both sides agree)
+//   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes = capacity expected from the peer)
+//   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
+//   void selfCopy(v, part, nParts)   this block's share of the local copy
+// Memory order: puts and copy-outs are weak; __syncthreads() then thread 0's release signal publishes the
+// puts and retires the copy-out reads; thread 0's acquire wait then __syncthreads() makes the peer's puts
+// visible to the block. A failed wait (timeout/abort) ends the block's exchange.
+template <class Plan>
+__global__ void __launch_bounds__(kEngineThreads)
+    pairwiseKernel(CommDeviceView v, EngineGeometry g, PacketRegion hdr, PairEpochs ep,
+                   const __grid_constant__ Plan plan) {
+  __shared__ uint64_t sPeerBytes, sPeerSig;
+  const BlockRole role = blockRole(v, g.blocksPerPeer);
+  const bool active = role.peer >= 0 && plan.active(v, role.peer);
+  const int B = g.blocksPerPeer;
+  MemoryChannelDeviceHandle* chan = nullptr;
+  uint64_t epoch = 0;
+  if (active) {
+    chan = &device::channelRef(v, role.peer, role.c);
+    if (threadIdx.x == 0) chan->signal();  // opening: my reads of my scratch (earlier calls) are done
+    if constexpr (Plan::kHeader) {
+      epoch = ep.load(role.peer, role.c);
+      if (role.c == 0 && threadIdx.x == 32) {
+        writeHeader(hdr.outbox(v, role.peer, epoch & 1), plan.send(v, role.peer).bytes,
+                    plan.sendSig(role.peer), llFlag(epoch));
+      }
+    }
+  }
+  plan.selfCopy(v, blockIdx.x, gridDim.x);
+  if (!active) return;
+
+  const int peer = role.peer;
+  int ok = 1;
+  if (threadIdx.x == 0) ok = chan->wait() ? 1 : 0;
+  if constexpr (Plan::kHeader) {
+    if (threadIdx.x == 32) {
+      uint64_t bytes = 0, sig = 0;
+      ok = readHeader(hdr.inbox(v, peer, epoch & 1), llFlag(epoch), chan->semaphore.spin, bytes, sig) ? 1 : 0;
+      sPeerBytes = bytes;
+      sPeerSig = sig;
+    }
+  }
+  ok = __syncthreads_and(ok);
+
+  if (ok) {
+    const auto send = plan.send(v, peer);
+    const auto recv = plan.recv(v, peer);
+    uint64_t peerBytes = recv.bytes;
+    if constexpr (Plan::kHeader) {
+      peerBytes = sPeerBytes;
+      if (threadIdx.x == 0 && role.c == 0 && (peerBytes != recv.bytes || sPeerSig != plan.recvSig(peer))) {
+        reportMismatch(chan->semaphore.spin, peer, recv.bytes, peerBytes);
+      }
+    }
+    const uint64_t recvLimit = minU(peerBytes, recv.bytes);  // never write past the receiver's buffer
+    const uint64_t maxBytes = maxU(send.bytes, peerBytes);
+    const uint64_t roundBytes = g.pieceCap(maxBytes) * static_cast<uint64_t>(B);
+    const uint64_t T = divUp(maxBytes, roundBytes);
+    char* remote = static_cast<char*>(chan->dst) + static_cast<uint64_t>(v.rank) * g.slotBytes +
+                   static_cast<uint64_t>(role.c) * g.blockStride;
+    const char* local = static_cast<const char*>(chan->src) + static_cast<uint64_t>(peer) * g.slotBytes +
+                        static_cast<uint64_t>(role.c) * g.blockStride;
+    for (uint64_t t = 0; t <= T; ++t) {
+      if (t < T) {
+        const Piece p = roundPiece(send.bytes, t, roundBytes, B, role.c);
+        if (p.len) send.toScratch(remote + (t & 1) * g.bufBytes, p.off, p.len);
+      }
+      if (t > 0) {
+        const Piece p = roundPiece(peerBytes, t - 1, roundBytes, B, role.c);
+        const uint64_t len = p.off < recvLimit ? minU(p.len, recvLimit - p.off) : 0;
+        if (len) recv.fromScratch(local + ((t - 1) & 1) * g.bufBytes, p.off, len);
+      }
+      if (t < T) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+          chan->signal();
+          ok = chan->wait() ? 1 : 0;
+        }
+        if (!__syncthreads_and(ok)) break;
+      }
+    }
+  }
+  if constexpr (Plan::kHeader) {
+    __syncthreads();  // the header read (thread 32) is done; only this block writes its own word
+    if (threadIdx.x == 0) ep.advance(peer, role.c, B, ep.load(peer, role.c));
+  }
+}
+
+// The LL exchange (defined in ll_exchange.cu): block (peer p, index c) writes its share of the bytes for p
+// (input + p*srcStride) as packets into p's region slot [rank], does its share of the local copy, then
+// unpacks its share of p's packets into output + p*dstStride. allgather: srcStride 0, dstStride bytes;
+// alltoall: both bytes. In place (alltoall: input == output) a block reads its input share before it
+// overwrites it
+// (__syncthreads between its puts and its gets; shares of different blocks are disjoint).
+__global__ void __launch_bounds__(kLLThreads)
+    llExchangeKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, int blocksPerPeer, const char* input,
+                     char* output, uint64_t bytes, uint64_t srcStride, uint64_t dstStride);
+#endif
+
+// ---- host side
+// ----------------------------------------------------------------------------------------------
+inline std::string commonReason(const CommTopology& topo, const CommResources& resources) {
+  if (!topo.allPeersIpc) return "needs every peer reachable by CUDA IPC (MemoryChannels)";
+  if (topo.nRanks > 1 && resources.view().channelsPerPeer < 1) return "needs at least one channel per peer";
+  return {};
+}
+
+inline int normalizeThreads(int requested, int def, int minThreads, int maxThreads) {
+  int t = requested > 0 ? requested : def;
+  t = std::max(minThreads, std::min(maxThreads, t));
+  return (t + 31) / 32 * 32;
+}
+
+struct EngineShape {
+  int grid;
+  int threads;
+  EngineGeometry geometry;
+};
+
+// Blocks per peer: config.nBlocks / nPeers if given, else SMs / nPeers; at most channelsPerPeer.
+inline EngineShape engineShape(const CommResources& resources, const LaunchConfig& config) {
+  const CommDeviceView& v = resources.view();
+  const CommTopology& topo = resources.topology();
+  const int nPeers = v.nRanks - 1;
+  EngineShape s{};
+  s.threads = normalizeThreads(config.nThreadsPerBlock, kEngineThreads, 64, kEngineThreads);
+  int B = 1;
+  if (nPeers > 0) {
+    const int want = config.nBlocks > 0 ? config.nBlocks / nPeers : std::max(1, topo.smCount) / nPeers;
+    B = std::max(1, std::min(want, std::max(1, v.channelsPerPeer)));
+  }
+  s.grid = std::max(1, nPeers * B);
+  EngineGeometry& g = s.geometry;
+  g.blocksPerPeer = B;
+  g.blockStride = (static_cast<uint64_t>(v.scratchBytes) / static_cast<uint64_t>(v.nRanks) / 2 /
+                   static_cast<uint64_t>(B)) &
+                  ~uint64_t{15};
+  g.bufBytes = g.blockStride * static_cast<uint64_t>(B);
+  g.slotBytes = 2 * g.bufBytes;
+  return s;
+}
+
+// Base of the pairwise-engine algorithms: epoch words and (kHeader plans) a header packet region are
+// reserved at initialize(); launchEngine() launches pairwiseKernel<Plan> with the shared shape.
+class EngineAlgorithm : public Algorithm {
+ public:
+  EngineAlgorithm(std::string name, Collective collective, bool needsHeader)
+      : name_(std::move(name)), collective_(collective), needsHeader_(needsHeader) {}
+  std::string name() const override { return name_; }
+  Collective collective() const override { return collective_; }
+
+  void initialize(CommResources& resources) override {
+    resources_ = &resources;
+    const CommDeviceView& v = resources.view();
+    if (needsHeader_ && v.nRanks > 1) {
+      epochs_.stride = std::max(1, v.channelsPerPeer);
+      epochs_.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * epochs_.stride);
+      header_ = reservePacketRegion(resources, kHeaderBytes);
+    }
+  }
+
+  // (n-1) * min(channelsPerPeer, SMs / (n-1)) blocks of kEngineThreads; the same on every rank. Every rank
+  // must launch the same config for a call (the scratch layout depends on the blocks per peer).
+  LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
+    if (resources_ == nullptr) return {};
+    const EngineShape s = engineShape(*resources_, {});
+    return {s.grid, s.threads};
+  }
+
+ protected:
+  // Reasons every engine algorithm shares (collective-specific ones are added by the subclass).
+  std::string engineReason(const CommTopology& topo) const {
+    if (resources_ == nullptr) return "not initialized";
+    std::string r = commonReason(topo, *resources_);
+    if (!r.empty()) return r;
+    if (engineShape(*resources_, {}).geometry.blockStride < 16)
+      return "scratch buffer too small for the pipeline";
+    return {};
+  }
+
+#if defined(__CUDACC__)
+  template <class Plan>
+  void launchEngine(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+                    const Plan& plan) {
+    const EngineShape s = engineShape(resources, config);
+    MESHCOMM_REQUIRE(s.geometry.blockStride >= 16, "rank ", resources.view().rank, ": ", name_,
+                     ": scratch buffer too small for ", s.geometry.blocksPerPeer, " blocks per peer");
+    pairwiseKernel<Plan>
+        <<<s.grid, s.threads, 0, args.stream>>>(resources.view(), s.geometry, header_, epochs_, plan);
+    MESHCOMM_CUDA_CHECK(cudaGetLastError());
+  }
+#endif
+
+ private:
+  std::string name_;
+  Collective collective_;
+  bool needsHeader_;
+  const CommResources* resources_ = nullptr;
+  PacketRegion header_;
+  PairEpochs epochs_;
+};
+
+// Base of allgather_ll and alltoall_ll: one packet region [2][nRanks][slot] and epoch words, reserved at
+// initialize(); supports calls whose bytes per peer fit a slot.
+class LLExchangeAlgorithm : public Algorithm {
+ public:
+  // srcStrided: input chunk p goes to peer p (alltoall); otherwise the whole input goes to every peer.
+  LLExchangeAlgorithm(std::string name, Collective collective, bool srcStrided)
+      : name_(std::move(name)), collective_(collective), srcStrided_(srcStrided) {}
+  std::string name() const override { return name_; }
+  Collective collective() const override { return collective_; }
+
+  void initialize(CommResources& resources) override {
+    const CommDeviceView& v = resources.view();
+    if (v.nRanks < 2) return;
+    for (uint64_t budget : kLLRegionBudgets) {
+      const uint64_t slot =
+          budget / 2 / static_cast<uint64_t>(v.nRanks) / sizeof(LL16Packet) * sizeof(LL16Packet);
+      if (slot < sizeof(LL16Packet)) break;
+      try {
+        region_ = reservePacketRegion(resources, slot);
+        maxBytesPerPeer_ = slot / sizeof(LL16Packet) * LL16Packet::kPayloadBytes;
+        break;
+      } catch (const std::exception&) {
+        // the packet buffer cannot hold this budget; try a smaller one (same outcome on every rank)
+      }
+    }
+    if (maxBytesPerPeer_ == 0) return;
+    epochs_.stride = kLLMaxBlocksPerPeer;
+    epochs_.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * kLLMaxBlocksPerPeer);
+  }
+
+  // Largest count*dtypeSize this algorithm takes on this communicator (0 before initialize or if the
+  // packet buffer had no room).
+  uint64_t maxBytesPerPeer() const { return maxBytesPerPeer_; }
+
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    if (!topo.allPeersIpc) return "needs every peer reachable by CUDA IPC";
+    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    if (topo.nRanks > 1 && bytes > maxBytesPerPeer_) {
+      return detail::concat(bytes, " bytes per peer exceed the LL slot (", maxBytesPerPeer_,
+                            " bytes; MESHCOMM_PACKET_BYTES)");
+    }
+    return {};
+  }
+
+  LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
+    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    return {llBlocksPerPeer(bytes, kLLThreads, topo) * std::max(1, topo.nRanks - 1), kLLThreads};
+  }
+
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void* context) override;
+
+ private:
+  static int llBlocksPerPeer(uint64_t bytes, int threads, const CommTopology& topo) {
+    const uint64_t packets = divUp(bytes, LL16Packet::kPayloadBytes);
+    const int want = static_cast<int>(std::min<uint64_t>(
+        kLLMaxBlocksPerPeer, divUp(packets, static_cast<uint64_t>(threads) * kLLPacketsPerThread)));
+    const int bySm = std::max(1, topo.smCount / std::max(1, topo.nRanks - 1));
+    return std::max(1, std::min(want, bySm));
+  }
+
+  std::string name_;
+  Collective collective_;
+  bool srcStrided_;
+  PacketRegion region_;
+  PairEpochs epochs_;
+  uint64_t maxBytesPerPeer_ = 0;
+};
+
+// An engine algorithm whose plan is RootedPlanBase's fields (input, output, bytes, root) plus device code.
+template <class Plan>
+class SimpleEngineAlgorithm : public EngineAlgorithm {
+ public:
+  SimpleEngineAlgorithm(std::string name, Collective collective)
+      : EngineAlgorithm(std::move(name), collective, Plan::kHeader) {}
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    return engineReason(topo);
+  }
+#if defined(__CUDACC__)
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    Plan plan;
+    plan.input = const_cast<char*>(static_cast<const char*>(args.input));
+    plan.output = static_cast<char*>(args.output);
+    plan.bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    plan.root = args.root;
+    if (plan.bytes == 0) return;  // equal on every rank
+    this->launchEngine(resources, args, config, plan);
+  }
+#endif
+};
+
+}  // namespace meshcomm::movement

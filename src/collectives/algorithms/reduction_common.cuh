@@ -1,0 +1,211 @@
+// Device pieces shared by the reduction algorithms: 16-byte pack loads and stores at any alignment, LL16
+// pack transfer with one combined spin over all peers, the LL epoch (flag) words, and rank-order
+// reduction of one pack. Host pieces: reduction_common.hpp.
+#pragma once
+
+#include <cstdint>
+
+#include "collectives/algorithms/reduction_common.hpp"
+#include "meshcomm/comm_resources.hpp"
+#include "meshcomm/device/comm_device.hpp"
+#include "meshcomm/device/device_error.hpp"
+#include "meshcomm/device/packet.hpp"
+#include "meshcomm/device/reduce.hpp"
+
+namespace meshcomm::reduction {
+
+// ---- pack I/O ---------------------------------------------------------------------------------------------
+
+// Pack `pack` (bytes [16*pack, 16*pack+16)) of a buffer of `bytes` bytes at `base` whose alignClass is
+// `align`; bytes past the end read as zero and are never touched.
+MESHCOMM_DEVICE_INLINE uint4 loadPack(const char* base, uint64_t pack, uint64_t bytes, uint32_t align) {
+  const uint64_t off = pack * kPackBytes;
+  const char* p = base + off;
+  if (off + kPackBytes <= bytes) {
+    if (align == 16) return *reinterpret_cast<const uint4*>(p);
+    if (align == 8) {
+      const uint2 a = reinterpret_cast<const uint2*>(p)[0];
+      const uint2 b = reinterpret_cast<const uint2*>(p)[1];
+      return make_uint4(a.x, a.y, b.x, b.y);
+    }
+    if (align == 4) {
+      const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
+      return make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+  // Partial pack (the buffer's tail) or byte-aligned: byte accesses, assembled without local memory.
+  const uint32_t n = off >= bytes ? 0u : static_cast<uint32_t>(bytes - off < 16 ? bytes - off : 16);
+  uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (uint32_t i = 0; i < 16; ++i) {
+    if (i < n) w[i / 4] |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * (i % 4));
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// Stores pack `pack` of a buffer of `bytes` bytes; bytes past the end are not written.
+MESHCOMM_DEVICE_INLINE void storePack(char* base, uint64_t pack, uint64_t bytes, uint32_t align,
+                                      const uint4& x) {
+  const uint64_t off = pack * kPackBytes;
+  char* p = base + off;
+  if (off + kPackBytes <= bytes) {
+    if (align == 16) {
+      *reinterpret_cast<uint4*>(p) = x;
+      return;
+    }
+    if (align == 8) {
+      reinterpret_cast<uint2*>(p)[0] = make_uint2(x.x, x.y);
+      reinterpret_cast<uint2*>(p)[1] = make_uint2(x.z, x.w);
+      return;
+    }
+    if (align == 4) {
+      uint32_t* w = reinterpret_cast<uint32_t*>(p);
+      w[0] = x.x;
+      w[1] = x.y;
+      w[2] = x.z;
+      w[3] = x.w;
+      return;
+    }
+  }
+  const uint32_t n = off >= bytes ? 0u : static_cast<uint32_t>(bytes - off < 16 ? bytes - off : 16);
+  const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+  for (uint32_t i = 0; i < 16; ++i) {
+    if (i < n) p[i] = static_cast<char>((w[i / 4] >> (8 * (i % 4))) & 0xffu);
+  }
+}
+
+// ---- LL epoch ---------------------------------------------------------------------------------------------
+
+// The LL epoch of one algorithm lives in kLLEpochWords device words: words[0] = the last epoch used
+// (0 = none yet), words[1] = blocks of the current launch that have finished. Every block reads words[0]
+// at its start; the last block to finish publishes the launch's epoch and resets the count, so the next
+// launch (kernel boundary) sees it. One epoch per launch for all blocks, whatever the grid: packet regions
+// are laid out per call, not per block, so grids may differ between calls. Never reset; graph replays
+// continue the sequence.
+struct LLEpoch {
+  uint64_t epoch;  // this launch's epoch (>= 1)
+  uint32_t flag;   // packet flag: never 0; differs between consecutive uses of one half
+  uint32_t half;   // packet-region half (epoch parity)
+};
+
+MESHCOMM_DEVICE_INLINE LLEpoch beginLLEpoch(const uint64_t* words) {
+  LLEpoch e;
+  e.epoch = *reinterpret_cast<const volatile uint64_t*>(words) + 1;
+  e.flag = static_cast<uint32_t>(e.epoch % 0xFFFFFFFEull) + 1u;
+  e.half = static_cast<uint32_t>(e.epoch & 1);
+  return e;
+}
+
+// Thread 0 only, after the block's last packet read and a __syncthreads() (every thread has read the
+// epoch by then). Every block calls it exactly once per launch, also after a timeout.
+MESHCOMM_DEVICE_INLINE void finishLLEpoch(uint64_t* words, const LLEpoch& e) {
+  const unsigned long long prev = atomicAdd(reinterpret_cast<unsigned long long*>(&words[1]), 1ull);
+  if (prev == gridDim.x - 1) {
+    words[1] = 0;
+    words[0] = e.epoch;
+  }
+}
+
+// ---- LL16 packs -------------------------------------------------------------------------------------------
+
+// One pack = two LL16 packets (payload bytes [16j, 16j+16) in packets 2j, 2j+1), 32 bytes of buffer.
+constexpr uint64_t kPackPacketBytes = 2 * sizeof(LL16Packet);
+
+MESHCOMM_DEVICE_INLINE void writePackLL(LL16Packet* packets, uint64_t pack, const uint4& v, uint32_t flag) {
+  packets[2 * pack].write(v.x, v.y, flag);
+  packets[2 * pack + 1].write(v.z, v.w, flag);
+}
+
+// One poll of gatherPacksLL: reads every still-missing packet once (all loads issued together, so the
+// peers' latencies overlap). Holds the values itself (no references to arrays) so they stay in registers.
+struct GatherPacksPoll {
+  uint4 vals[kMaxRanks];
+  const LL16Packet* base;
+  uint64_t slotPackets;
+  uint64_t pack;
+  uint32_t flag;
+  uint32_t pending;
+  int32_t firstMissing;
+
+  MESHCOMM_DEVICE_INLINE bool operator()(uint64_t& seen) {
+#pragma unroll
+    for (int r = 0; r < kMaxRanks; ++r) {
+      const LL16Packet* p = base + r * slotPackets + 2 * pack;
+      uint32_t a, b;
+      if ((pending & (1u << (2 * r))) && p[0].tryRead(flag, a, b)) {
+        vals[r].x = a;
+        vals[r].y = b;
+        pending &= ~(1u << (2 * r));
+      }
+      if ((pending & (2u << (2 * r))) && p[1].tryRead(flag, a, b)) {
+        vals[r].z = a;
+        vals[r].w = b;
+        pending &= ~(2u << (2 * r));
+      }
+    }
+    seen = pending;
+    firstMissing = pending != 0 ? (__ffs(static_cast<int>(pending)) - 1) / 2 : -1;
+    return pending == 0;
+  }
+};
+
+// Spins until pack `pack` of every rank r in `mask` has arrived with `flag` in slot r
+// (slot r = base + r * slotPackets packets) and returns the values in poll.vals[r] (other entries zero).
+// ok = false on timeout or abort (reported with the first missing rank as the peer).
+MESHCOMM_DEVICE_INLINE GatherPacksPoll gatherPacksLL(const LL16Packet* base, uint64_t slotPackets,
+                                                     uint64_t pack, uint32_t mask, uint32_t flag,
+                                                     SpinContext& ctx, bool& ok) {
+  GatherPacksPoll poll{};
+  poll.base = base;
+  poll.slotPackets = slotPackets;
+  poll.pack = pack;
+  poll.flag = flag;
+#pragma unroll
+  for (int r = 0; r < kMaxRanks; ++r)
+    if (mask & (1u << r)) poll.pending |= 3u << (2 * r);
+  ok = true;
+  if (poll.pending != 0) {
+    ok = device::spinUntil(
+        [&](uint64_t& seen) {
+          const bool done = poll(seen);
+          ctx.peer = poll.firstMissing;
+          return done;
+        },
+        ctx, DeviceOp::PacketRead, flag);
+  }
+  return poll;
+}
+
+// Timeout-reporting context for spins not tied to one channel (LL spins over all peers).
+MESHCOMM_DEVICE_INLINE SpinContext anySpinContext(const CommDeviceView& v) {
+  if (v.nRanks < 2) return SpinContext{nullptr, 0, v.rank, -1};
+  return device::channelRef(v, device::peerAt(v, 0), 0).semaphore.spin;
+}
+
+// ---- rank-order reduction
+// ------------------------------------------------------------------------------------
+
+// Reduces ranks 0..n-1 in rank order, taking `own` for rank `me` and vals[r] for the others. Unrolled over
+// kMaxRanks with constant indices, so vals stays in registers.
+template <DataType D, ReduceOp Op>
+MESHCOMM_DEVICE_INLINE uint4 reduceRankOrder(const device::Reducer<D, Op>& red,
+                                             const uint4 (&vals)[kMaxRanks], const uint4& own, int me,
+                                             int n) {
+  // Values are selected (never addresses: an lvalue `cond ? own : vals[r]` would put vals in local memory).
+  typename device::Reducer<D, Op>::Accs acc;
+  uint4 x = vals[0];
+  if (me == 0) x = own;
+  red.first(acc, x);
+#pragma unroll
+  for (int r = 1; r < kMaxRanks; ++r) {
+    if (r < n) {
+      x = vals[r];
+      if (r == me) x = own;
+      red.accumulate(acc, x);
+    }
+  }
+  return red.finish(acc);
+}
+
+}  // namespace meshcomm::reduction

@@ -1,0 +1,414 @@
+// Comm: validation, selection, per-buffer contexts and launch of every collective (docs/collectives.md).
+// Not thread-safe: one host thread drives a Comm at a time (like an NCCL communicator).
+#include "meshcomm/comm.hpp"
+
+#include <cuda_runtime.h>
+
+#include <optional>
+#include <unordered_map>
+
+#include "base/logging.hpp"
+#include "collectives/builtin.hpp"
+#include "collectives/default_table.hpp"
+#include "collectives/selection_plan.hpp"
+#include "collectives/validation.hpp"
+#include "meshcomm/env.hpp"
+#include "meshcomm/errors.hpp"
+#include "meshcomm/gpu_utils.hpp"
+
+namespace meshcomm {
+
+namespace {
+
+// Makes `device` current for a call only when it is not already (the common case costs one query).
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    int current = -1;
+    if (cudaGetDevice(&current) != cudaSuccess || current != device) guard_.emplace(device);
+  }
+
+ private:
+  std::optional<CudaDeviceGuard> guard_;
+};
+
+bool isCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  MESHCOMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+// The message of an Error without its "Code: " prefix, to re-throw it with more context.
+std::string messageOf(const Error& e) {
+  const std::string what = e.what();
+  const size_t colon = what.find(": ");
+  return colon == std::string::npos ? what : what.substr(colon + 2);
+}
+
+Selector loadSelector() {
+  if (auto path = envRaw("MESHCOMM_ALGO_TABLE")) return Selector::fromFile(*path);
+  return Selector::fromJson(defaultSelectionTable());
+}
+
+// A non-zero field of the selection (rule or caller) wins over the algorithm's default.
+LaunchConfig mergeConfig(const LaunchConfig& chosen, const LaunchConfig& defaults) {
+  LaunchConfig c = defaults;
+  if (chosen.nBlocks > 0) c.nBlocks = chosen.nBlocks;
+  if (chosen.nThreadsPerBlock > 0) c.nThreadsPerBlock = chosen.nThreadsPerBlock;
+  return c;
+}
+
+// Per-algorithm contexts keyed by the algorithm's contextKey (unbounded for now).
+class ContextCache {
+ public:
+  void* get(CommResources& resources, Algorithm& algorithm, const CollectiveArgs& args, const char* op,
+            int rank) {
+    const std::string key = algorithm.contextKey(args);
+    if (key.empty()) return nullptr;
+    auto& perAlgorithm = contexts_[&algorithm];
+    auto it = perAlgorithm.find(key);
+    if (it != perAlgorithm.end()) return it->second.get();
+    MESHCOMM_REQUIRE(!args.capturing, "rank ", rank, ": ", op, ": algorithm ", algorithm.name(),
+                     " needs a context for these buffers: warm up before capture");
+    std::shared_ptr<void> context = algorithm.buildContext(resources, args);
+    return perAlgorithm.emplace(key, std::move(context)).first->second.get();
+  }
+  void clear() { contexts_.clear(); }
+
+ private:
+  std::unordered_map<const Algorithm*, std::unordered_map<std::string, std::shared_ptr<void>>> contexts_;
+};
+
+}  // namespace
+
+class Comm::Impl {
+ public:
+  Impl(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config);
+  ~Impl();
+
+  ValidationContext validation() const { return {topo().rank, topo().nRanks, device, pointerQuery}; }
+  const CommTopology& topo() const { return resources->topology(); }
+  void rebuildPlan() {
+    plan = SelectionPlan(selector, algorithms, forced);
+    planDirty = false;
+  }
+  const SelectionPlan& currentPlan() {
+    if (planDirty) rebuildPlan();
+    return plan;
+  }
+  void initialize(Algorithm& algorithm);
+
+  // validate → no-op check → device error → capture → select → context → launch.
+  void collective(const char* op, CollectiveArgs& args);
+  // The part after validation (groupEnd runs it on operations validated one by one).
+  void launchSelected(const char* op, CollectiveArgs& args, const Selection* forcedSelection);
+
+  void addP2P(P2POp::Kind kind, const void* buffer, size_t count, DataType dtype, int peer,
+              cudaStream_t stream);
+  void flushGroup();
+
+  std::unique_ptr<Communicator> communicator;
+  int device = -1;
+  std::unique_ptr<CommResources> resources;
+  AlgorithmCollection algorithms;
+  Selector selector;
+  ForcedAlgorithms forced;
+  SelectionPlan plan;
+  bool planDirty = false;  // selector() handed out a mutable reference: rebuild before the next selection
+  ContextCache contexts;
+  CudaPointerQuery pointerQuery;
+  // send/recv group
+  int groupDepth = 0;
+  std::vector<P2POp> groupOps;
+  cudaStream_t groupStream = nullptr;
+};
+
+Comm::Impl::Impl(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config)
+    : communicator(std::make_unique<Communicator>(std::move(bootstrap), config.cudaDevice)),
+      device(communicator->cudaDevice()) {
+  CudaDeviceGuard guard(device);
+  resources = std::make_unique<CommResources>(*communicator, config.resources);
+  builtin::registerReductionAlgorithms(algorithms);
+  builtin::registerMovementAlgorithms(algorithms);
+  for (const auto& a : algorithms.all()) initialize(*a);
+  selector = loadSelector();
+  forced = forcedAlgorithmsFromEnv();
+  rebuildPlan();
+  groupOps.reserve(2 * static_cast<size_t>(topo().nRanks));
+}
+
+Comm::Impl::~Impl() {
+  // Drain every stream (unknown to us), agree with the peers that nobody uses the shared buffers any more,
+  // then release contexts, algorithms, resources and the communicator in that order. Never throws.
+  try {
+    CudaDeviceGuard guard(device);
+    const cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess)
+      MESHCOMM_LOG(WARN, "rank ", topo().rank, ": ~Comm: cudaDeviceSynchronize: ", cudaGetErrorString(err));
+    communicator->bootstrap().barrier();
+  } catch (const std::exception& e) {
+    MESHCOMM_LOG(WARN, "~Comm: ", e.what(), " (continuing the teardown)");
+  }
+  try {
+    contexts.clear();
+    plan = SelectionPlan();
+    algorithms = AlgorithmCollection();
+    resources.reset();
+    communicator.reset();
+  } catch (const std::exception& e) {
+    MESHCOMM_LOG(ERROR, "~Comm: teardown failed: ", e.what());
+  }
+}
+
+void Comm::Impl::initialize(Algorithm& algorithm) {
+  try {
+    algorithm.initialize(*resources);
+  } catch (const Error& e) {
+    throw Error(e.code(), detail::concat("rank ", topo().rank, ": initializing algorithm ", algorithm.name(),
+                                         ": ", messageOf(e)));
+  }
+}
+
+void Comm::Impl::collective(const char* op, CollectiveArgs& args) {
+  validateCollective(validation(), op, args);
+  if (isNoOp(args)) return;
+  launchSelected(op, args, nullptr);
+}
+
+void Comm::Impl::launchSelected(const char* op, CollectiveArgs& args, const Selection* forcedSelection) {
+  DeviceScope scope(device);
+  communicator->checkDeviceError();
+  args.capturing = isCapturing(args.stream);
+  const Selection selection = forcedSelection ? *forcedSelection : currentPlan().select(args, topo());
+  Algorithm& algorithm = *selection.algorithm;
+  void* context = contexts.get(*resources, algorithm, args, op, topo().rank);
+  const LaunchConfig config = mergeConfig(selection.config, algorithm.defaultConfig(args, topo()));
+  algorithm.launch(*resources, args, config, context);
+}
+
+void Comm::Impl::addP2P(P2POp::Kind kind, const void* buffer, size_t count, DataType dtype, int peer,
+                        cudaStream_t stream) {
+  const char* op = kind == P2POp::Send ? "send" : "recv";
+  validateP2P(validation(), op, buffer, count, dtype, peer);
+  if (count == 0) return;
+  if (groupOps.empty()) {
+    groupStream = stream;
+  } else if (stream != groupStream) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", topo().rank, ": ", op,
+                   ": stream: differs from the stream of "
+                   "the group's first operation (every operation of a group must use the same stream)");
+  }
+  // Groups may mix dtypes: the SendRecv collective carries bytes (dtype uint8).
+  groupOps.push_back(P2POp{kind, peer, const_cast<void*>(buffer), count * dataTypeSize(dtype)});
+}
+
+void Comm::Impl::flushGroup() {
+  if (groupOps.empty()) return;
+  CollectiveArgs args;
+  args.collective = Collective::SendRecv;
+  args.dtype = DataType::U8;
+  args.p2pOps = groupOps.data();
+  args.numP2POps = groupOps.size();
+  args.stream = groupStream;
+  try {
+    launchSelected("sendrecv", args, nullptr);
+  } catch (...) {
+    groupOps.clear();
+    throw;
+  }
+  groupOps.clear();
+}
+
+// ---- Comm --------------------------------------------------------------------------------------------
+
+Comm::Comm(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config)
+    : impl_(std::make_unique<Impl>(std::move(bootstrap), config)) {}
+
+std::unique_ptr<Comm> Comm::fromEnvironment(CommConfig config) {
+  if (config.cudaDevice < 0) config.cudaDevice = RankEnv::fromEnvironment().localRank;
+  const int gpus = gpuCount();
+  MESHCOMM_REQUIRE(config.cudaDevice < gpus, "Comm::fromEnvironment: device ", config.cudaDevice,
+                   " (LOCAL_RANK unless configured) but this host has ", gpus, " GPU(s)");
+  MESHCOMM_CUDA_CHECK(cudaSetDevice(config.cudaDevice));
+  return std::make_unique<Comm>(TcpBootstrap::fromEnvironment(), config);
+}
+
+Comm::~Comm() = default;
+
+int Comm::rank() const {
+  return impl_->topo().rank;
+}
+int Comm::size() const {
+  return impl_->topo().nRanks;
+}
+int Comm::cudaDevice() const {
+  return impl_->device;
+}
+Communicator& Comm::communicator() const {
+  return *impl_->communicator;
+}
+CommResources& Comm::resources() const {
+  return *impl_->resources;
+}
+
+void Comm::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op,
+                     cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::AllReduce;
+  a.input = send, a.output = recv, a.count = count, a.dtype = dtype, a.op = op, a.stream = stream;
+  impl_->collective("allreduce", a);
+}
+
+void Comm::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::AllGather;
+  a.input = send, a.output = recv, a.count = sendCount, a.dtype = dtype, a.stream = stream;
+  impl_->collective("allgather", a);
+}
+
+void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOpSpec op,
+                         cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::ReduceScatter;
+  a.input = send, a.output = recv, a.count = recvCount, a.dtype = dtype, a.op = op, a.stream = stream;
+  impl_->collective("reduce_scatter", a);
+}
+
+void Comm::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
+                     cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::Broadcast;
+  a.input = send, a.output = recv, a.count = count, a.dtype = dtype, a.root = root, a.stream = stream;
+  impl_->collective("broadcast", a);
+}
+
+void Comm::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op, int root,
+                  cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::Reduce;
+  a.input = send, a.output = recv, a.count = count, a.dtype = dtype, a.op = op, a.root = root,
+  a.stream = stream;
+  impl_->collective("reduce", a);
+}
+
+void Comm::gather(const void* send, void* recv, size_t sendCount, DataType dtype, int root,
+                  cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::Gather;
+  a.input = send, a.output = recv, a.count = sendCount, a.dtype = dtype, a.root = root, a.stream = stream;
+  impl_->collective("gather", a);
+}
+
+void Comm::scatter(const void* send, void* recv, size_t recvCount, DataType dtype, int root,
+                   cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::Scatter;
+  a.input = send, a.output = recv, a.count = recvCount, a.dtype = dtype, a.root = root, a.stream = stream;
+  impl_->collective("scatter", a);
+}
+
+void Comm::allToAll(const void* send, void* recv, size_t countPerPeer, DataType dtype, cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::AllToAll;
+  a.input = send, a.output = recv, a.count = countPerPeer, a.dtype = dtype, a.stream = stream;
+  impl_->collective("alltoall", a);
+}
+
+void Comm::allToAllv(const void* send, const size_t* sendCounts, const size_t* sendDispls, void* recv,
+                     const size_t* recvCounts, const size_t* recvDispls, DataType dtype, cudaStream_t stream,
+                     CountsLocation where) {
+  CollectiveArgs a;
+  a.collective = Collective::AllToAllv;
+  a.input = send, a.output = recv, a.dtype = dtype, a.stream = stream;
+  a.sendCounts = sendCounts, a.sendDispls = sendDispls, a.recvCounts = recvCounts, a.recvDispls = recvDispls;
+  a.countsLocation = where;
+  impl_->collective("alltoallv", a);
+}
+
+void Comm::send(const void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream) {
+  groupStart();
+  try {
+    impl_->addP2P(P2POp::Send, buffer, count, dtype, peer, stream);
+  } catch (...) {
+    impl_->groupDepth--;
+    if (impl_->groupDepth == 0) impl_->groupOps.clear();
+    throw;
+  }
+  groupEnd();
+}
+
+void Comm::recv(void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream) {
+  groupStart();
+  try {
+    impl_->addP2P(P2POp::Recv, buffer, count, dtype, peer, stream);
+  } catch (...) {
+    impl_->groupDepth--;
+    if (impl_->groupDepth == 0) impl_->groupOps.clear();
+    throw;
+  }
+  groupEnd();
+}
+
+void Comm::groupStart() {
+  impl_->groupDepth++;
+}
+
+void Comm::groupEnd() {
+  MESHCOMM_REQUIRE(impl_->groupDepth > 0, "rank ", rank(), ": groupEnd: no matching groupStart");
+  if (--impl_->groupDepth == 0) impl_->flushGroup();
+}
+
+void Comm::barrier(cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = Collective::Barrier;
+  a.dtype = DataType::U8;
+  a.stream = stream;
+  impl_->collective("barrier", a);
+}
+
+void Comm::checkError() const {
+  impl_->communicator->checkDeviceError();
+}
+
+AlgorithmCollection& Comm::algorithms() {
+  return impl_->algorithms;
+}
+
+void Comm::addAlgorithm(std::shared_ptr<Algorithm> algorithm) {
+  Algorithm& a = *algorithm;
+  impl_->algorithms.add(std::move(algorithm));
+  impl_->initialize(a);
+  impl_->rebuildPlan();
+}
+
+Selector& Comm::selector() {
+  impl_->planDirty = true;
+  return impl_->selector;
+}
+
+void Comm::setSelector(Selector selector) {
+  impl_->selector = std::move(selector);
+  impl_->rebuildPlan();
+}
+
+Selection Comm::select(const CollectiveArgs& args) const {
+  return impl_->currentPlan().select(args, impl_->topo());
+}
+
+void Comm::run(const CollectiveArgs& args, const std::string& algorithm, LaunchConfig config) {
+  const char* op = collectiveName(args.collective);
+  CollectiveArgs a = args;
+  validateCollective(impl_->validation(), op, a);
+  if (isNoOp(a)) return;
+  std::shared_ptr<Algorithm> chosen = impl_->algorithms.find(algorithm);
+  MESHCOMM_REQUIRE(chosen != nullptr && chosen->collective() == a.collective, "rank ", rank(), ": ", op,
+                   ": algorithm '", algorithm, "' is not a registered ", op, " algorithm");
+  a.capturing = isCapturing(a.stream);
+  const std::string reason = chosen->unsupportedReason(a, impl_->topo());
+  MESHCOMM_REQUIRE(reason.empty(), "rank ", rank(), ": ", op, ": algorithm ", algorithm,
+                   " cannot run this call: ", reason);
+  const Selection selection{chosen, config};
+  impl_->launchSelected(op, a, &selection);
+}
+
+}  // namespace meshcomm

@@ -1,0 +1,22 @@
+// The built-in selection table. Thresholds are nccl-tests message sizes (CollectiveArgs::messageBytes).
+// Rules naming algorithms that are not registered are skipped at selection time; the fallback (first
+// supporting algorithm in registration order) covers every collective without a rule.
+#include "collectives/default_table.hpp"
+
+namespace meshcomm {
+
+const char* defaultSelectionTable() {
+  return R"json({"rules": [
+  {"collective": "allreduce", "max_bytes": 262144, "algorithm": "allreduce_oneshot_ll"},
+  {"collective": "allreduce", "max_bytes": 2097152, "algorithm": "allreduce_twoshot_ll"},
+  {"collective": "allreduce", "algorithm": "allreduce_rsag"},
+  {"collective": "reduce_scatter", "max_bytes": 262144, "algorithm": "reduce_scatter_ll"},
+  {"collective": "reduce_scatter", "algorithm": "reduce_scatter_scratch"},
+  {"collective": "allgather", "max_bytes": 262144, "algorithm": "allgather_ll"},
+  {"collective": "allgather", "algorithm": "allgather_scratch"},
+  {"collective": "alltoall", "max_bytes": 262144, "algorithm": "alltoall_ll"},
+  {"collective": "alltoall", "algorithm": "alltoall_scratch"}
+]})json";
+}
+
+}  // namespace meshcomm

@@ -1,0 +1,141 @@
+// SelectionPlan: MESHCOMM_ALGO forcing, rule matching and the registration-order fallback.
+#include "collectives/selection_plan.hpp"
+
+#include <sstream>
+
+#include "meshcomm/env.hpp"
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm {
+
+namespace {
+
+constexpr const char* kAlgoVar = "MESHCOMM_ALGO";
+
+bool parseCollectiveName(const std::string& s, Collective& out) {
+  for (int i = 0; i < kNumCollectives; ++i) {
+    if (s == collectiveName(static_cast<Collective>(i))) {
+      out = static_cast<Collective>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string trim(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return {};
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// "rank R: allreduce (1048576 bytes, float, out-of-place)"
+std::string describeCall(const CollectiveArgs& args, const CommTopology& topo) {
+  std::ostringstream os;
+  os << "rank " << topo.rank << ": " << collectiveName(args.collective) << " ("
+     << args.messageBytes(topo.nRanks) << " bytes, " << dataTypeName(args.dtype) << ", "
+     << (args.inPlace(topo.rank) ? "in-place" : "out-of-place") << (args.capturing ? ", capturing" : "")
+     << ")";
+  return os.str();
+}
+
+}  // namespace
+
+ForcedAlgorithms parseForcedAlgorithms(const std::string& spec) {
+  ForcedAlgorithms forced;
+  std::istringstream in(spec);
+  std::string entry;
+  while (std::getline(in, entry, ',')) {
+    entry = trim(entry);
+    if (entry.empty()) continue;
+    const size_t eq = entry.find('=');
+    const std::string coll = trim(entry.substr(0, eq));
+    const std::string name = eq == std::string::npos ? "" : trim(entry.substr(eq + 1));
+    Collective c;
+    MESHCOMM_REQUIRE(eq != std::string::npos && !name.empty(), kAlgoVar, "='", spec, "': entry '", entry,
+                     "' is not collective=algorithm");
+    MESHCOMM_REQUIRE(parseCollectiveName(coll, c), kAlgoVar, "='", spec, "': unknown collective '", coll,
+                     "'");
+    forced[static_cast<int>(c)] = name;
+  }
+  return forced;
+}
+
+ForcedAlgorithms forcedAlgorithmsFromEnv() {
+  const auto spec = envRaw(kAlgoVar);
+  return spec ? parseForcedAlgorithms(*spec) : ForcedAlgorithms{};
+}
+
+bool ruleMatches(const SelectorRule& rule, const CollectiveArgs& args, const CommTopology& topo) {
+  if (rule.collective != args.collective) return false;
+  const size_t bytes = args.messageBytes(topo.nRanks);
+  if (bytes < rule.minBytes || bytes > rule.maxBytes) return false;
+  if (rule.worldSize != 0 && rule.worldSize != topo.nRanks) return false;
+  if (rule.dtype && *rule.dtype != args.dtype) return false;
+  if (rule.inPlace && *rule.inPlace != args.inPlace(topo.rank)) return false;
+  if (rule.capturing && *rule.capturing != args.capturing) return false;
+  return true;
+}
+
+SelectionPlan::SelectionPlan(const Selector& selector, const AlgorithmCollection& algorithms,
+                             ForcedAlgorithms forced) {
+  for (int i = 0; i < kNumCollectives; ++i) {
+    PerCollective& pc = perCollective_[i];
+    pc.forcedName = std::move(forced[i]);
+    if (!pc.forcedName.empty()) pc.forced = algorithms.find(pc.forcedName);
+    pc.candidates = algorithms.forCollective(static_cast<Collective>(i));
+  }
+  for (const auto& rule : selector.rules()) {
+    auto algorithm = algorithms.find(rule.algorithm);
+    // Rules naming an algorithm that is not registered (or is of another collective) are skipped.
+    if (algorithm == nullptr || algorithm->collective() != rule.collective) continue;
+    perCollective_[static_cast<int>(rule.collective)].rules.push_back({rule, std::move(algorithm)});
+  }
+}
+
+Selection SelectionPlan::select(const CollectiveArgs& args, const CommTopology& topo) const {
+  const int index = static_cast<int>(args.collective);
+  MESHCOMM_REQUIRE(index >= 0 && index < kNumCollectives, "rank ", topo.rank, ": select: collective ", index,
+                   " out of range");
+  const PerCollective& pc = perCollective_[index];
+  if (!pc.forcedName.empty()) return selectForced(pc, args, topo);
+  for (const auto& r : pc.rules) {
+    if (ruleMatches(r.rule, args, topo) && r.algorithm->unsupportedReason(args, topo).empty()) {
+      return Selection{r.algorithm, r.rule.config};
+    }
+  }
+  for (const auto& a : pc.candidates) {
+    if (a->unsupportedReason(args, topo).empty()) return Selection{a, LaunchConfig{}};
+  }
+  throwNoAlgorithm(pc, args, topo);
+}
+
+Selection SelectionPlan::selectForced(const PerCollective& pc, const CollectiveArgs& args,
+                                      const CommTopology& topo) const {
+  if (pc.forced == nullptr || pc.forced->collective() != args.collective) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, describeCall(args, topo), ": ", kAlgoVar, " forces algorithm '",
+                   pc.forcedName, "', which is not a registered ", collectiveName(args.collective),
+                   " algorithm");
+  }
+  const std::string reason = pc.forced->unsupportedReason(args, topo);
+  if (!reason.empty()) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, describeCall(args, topo), ": ", kAlgoVar, " forces algorithm '",
+                   pc.forcedName, "', which cannot run this call: ", reason);
+  }
+  // A matching rule naming the forced algorithm still supplies its launch configuration.
+  for (const auto& r : pc.rules) {
+    if (r.algorithm == pc.forced && ruleMatches(r.rule, args, topo))
+      return Selection{pc.forced, r.rule.config};
+  }
+  return Selection{pc.forced, LaunchConfig{}};
+}
+
+void SelectionPlan::throwNoAlgorithm(const PerCollective& pc, const CollectiveArgs& args,
+                                     const CommTopology& topo) const {
+  std::ostringstream os;
+  os << describeCall(args, topo) << ": no algorithm supports this call";
+  if (pc.candidates.empty()) os << " (no " << collectiveName(args.collective) << " algorithm is registered)";
+  for (const auto& a : pc.candidates) os << "; " << a->name() << ": " << a->unsupportedReason(args, topo);
+  MESHCOMM_THROW(ErrorCode::InvalidUsage, os.str());
+}
+
+}  // namespace meshcomm

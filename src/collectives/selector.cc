@@ -1,0 +1,183 @@
+// Selector: JSON tables in and out, and selection through a SelectionPlan.
+#include "meshcomm/selector.hpp"
+
+#include <climits>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "collectives/selection_plan.hpp"
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm {
+
+namespace {
+
+using json = nlohmann::json;
+
+// Context of one field for error messages: "selection table: rule 3: field 'dtype': ...".
+struct FieldRef {
+  size_t rule;
+  const char* field;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(const FieldRef& f, Args&&... args) {
+  MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: rule ", f.rule, ": field '", f.field,
+                 "': ", std::forward<Args>(args)...);
+}
+
+uint64_t readUnsigned(const json& v, const FieldRef& f, uint64_t maxValue) {
+  if (!v.is_number_integer()) fail(f, "expected a non-negative integer, got ", v.dump());
+  if (!v.is_number_unsigned()) fail(f, "must not be negative, got ", v.dump());
+  const uint64_t x = v.get<uint64_t>();
+  if (x > maxValue) fail(f, "value ", x, " exceeds ", maxValue);
+  return x;
+}
+
+bool readBool(const json& v, const FieldRef& f) {
+  if (!v.is_boolean()) fail(f, "expected true or false, got ", v.dump());
+  return v.get<bool>();
+}
+
+std::string readString(const json& v, const FieldRef& f) {
+  if (!v.is_string()) fail(f, "expected a string, got ", v.dump());
+  return v.get<std::string>();
+}
+
+Collective readCollective(const json& v, const FieldRef& f) {
+  const std::string s = readString(v, f);
+  std::string known;
+  for (int i = 0; i < kNumCollectives; ++i) {
+    const auto c = static_cast<Collective>(i);
+    if (s == collectiveName(c)) return c;
+    known += (i ? ", " : "") + std::string(collectiveName(c));
+  }
+  fail(f, "unknown collective '", s, "' (known: ", known, ")");
+}
+
+DataType readDataType(const json& v, const FieldRef& f) {
+  const std::string s = readString(v, f);
+  std::string known;
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    const auto t = static_cast<DataType>(i);
+    if (s == dataTypeName(t)) return t;
+    known += (i ? ", " : "") + std::string(dataTypeName(t));
+  }
+  fail(f, "unknown dtype '", s, "' (known: ", known, ")");
+}
+
+void readField(SelectorRule& r, const std::string& key, const json& v, size_t index) {
+  const FieldRef f{index, key.c_str()};
+  if (key == "collective") {
+    r.collective = readCollective(v, f);
+  } else if (key == "algorithm") {
+    r.algorithm = readString(v, f);
+    if (r.algorithm.empty()) fail(f, "must not be empty");
+  } else if (key == "min_bytes") {
+    r.minBytes = readUnsigned(v, f, SIZE_MAX);
+  } else if (key == "max_bytes") {
+    r.maxBytes = readUnsigned(v, f, SIZE_MAX);
+  } else if (key == "world_size") {
+    r.worldSize = static_cast<int>(readUnsigned(v, f, INT_MAX));
+    if (r.worldSize == 0) fail(f, "must be positive (omit the field to match any world size)");
+  } else if (key == "dtype") {
+    r.dtype = readDataType(v, f);
+  } else if (key == "in_place") {
+    r.inPlace = readBool(v, f);
+  } else if (key == "capturing") {
+    r.capturing = readBool(v, f);
+  } else if (key == "blocks") {
+    r.config.nBlocks = static_cast<int>(readUnsigned(v, f, INT_MAX));
+  } else if (key == "threads") {
+    r.config.nThreadsPerBlock = static_cast<int>(readUnsigned(v, f, 1024));
+  } else {
+    fail(f,
+         "unknown field (known: collective, algorithm, min_bytes, max_bytes, world_size, dtype, in_place, "
+         "capturing, blocks, threads)");
+  }
+}
+
+SelectorRule parseRule(const json& j, size_t index) {
+  if (!j.is_object()) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: rule ", index, ": expected an object, got ",
+                   j.dump());
+  }
+  for (const char* required : {"collective", "algorithm"}) {
+    if (!j.contains(required)) fail({index, required}, "missing (required)");
+  }
+  SelectorRule r;
+  for (auto it = j.begin(); it != j.end(); ++it) readField(r, it.key(), it.value(), index);
+  if (r.minBytes > r.maxBytes) {
+    fail({index, "min_bytes"}, "min_bytes ", r.minBytes, " is larger than max_bytes ", r.maxBytes);
+  }
+  return r;
+}
+
+json ruleToJson(const SelectorRule& r) {
+  json j = json::object();
+  j["collective"] = collectiveName(r.collective);
+  j["algorithm"] = r.algorithm;
+  if (r.minBytes != 0) j["min_bytes"] = r.minBytes;
+  if (r.maxBytes != SIZE_MAX) j["max_bytes"] = r.maxBytes;
+  if (r.worldSize != 0) j["world_size"] = r.worldSize;
+  if (r.dtype) j["dtype"] = dataTypeName(*r.dtype);
+  if (r.inPlace) j["in_place"] = *r.inPlace;
+  if (r.capturing) j["capturing"] = *r.capturing;
+  if (r.config.nBlocks != 0) j["blocks"] = r.config.nBlocks;
+  if (r.config.nThreadsPerBlock != 0) j["threads"] = r.config.nThreadsPerBlock;
+  return j;
+}
+
+}  // namespace
+
+Selector Selector::fromJson(const std::string& text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::exception& e) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: not valid JSON: ", e.what());
+  }
+  if (!doc.is_object()) MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: expected an object");
+  for (auto it = doc.begin(); it != doc.end(); ++it) {
+    if (it.key() != "rules") {
+      MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: unknown top-level field '", it.key(),
+                     "' (expected only 'rules')");
+    }
+  }
+  if (!doc.contains("rules") || !doc["rules"].is_array()) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: 'rules' must be present and an array");
+  }
+  std::vector<SelectorRule> rules;
+  const json& list = doc["rules"];
+  for (size_t i = 0; i < list.size(); ++i) rules.push_back(parseRule(list[i], i));
+  return Selector(std::move(rules));
+}
+
+Selector Selector::fromFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table '", path, "': cannot open the file");
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return fromJson(text.str());
+  } catch (const Error& e) {
+    const std::string what = e.what();  // "InvalidUsage: selection table: ..."
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "'", path, "': ", what.substr(what.find(": ") + 2));
+  }
+}
+
+std::string Selector::toJson() const {
+  json list = json::array();
+  for (const auto& r : rules_) list.push_back(ruleToJson(r));
+  json doc = json::object();
+  doc["rules"] = std::move(list);
+  return doc.dump(2);
+}
+
+Selection Selector::select(const CollectiveArgs& args, const CommTopology& topo,
+                           const AlgorithmCollection& algorithms) const {
+  return SelectionPlan(*this, algorithms, forcedAlgorithmsFromEnv()).select(args, topo);
+}
+
+}  // namespace meshcomm
