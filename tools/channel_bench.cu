@@ -37,17 +37,19 @@
 #include <fstream>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "meshcomm/core.hpp"
+#include "byte_size.hpp"
+#include "tool_rank.hpp"
 #include "meshcomm/device.hpp"
 
 using namespace meshcomm;
 
 namespace {
 
-constexpr int kExitSkip = 77;
 constexpr int kMaxThreads = 1024;
 
 // ---------------------------------------------------------------------------------------------------------
@@ -63,30 +65,7 @@ struct Options {
 };
 
 uint64_t parseBytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  uint64_t mult = 1;
-  if (end != nullptr && *end != '\0') {
-    switch (std::toupper(static_cast<unsigned char>(*end))) {
-      case 'K':
-        mult = 1ull << 10;
-        break;
-      case 'M':
-        mult = 1ull << 20;
-        break;
-      case 'G':
-        mult = 1ull << 30;
-        break;
-      default:
-        mult = 0;
-    }
-    if (mult == 0 ||
-        (end[1] != '\0' && !(std::toupper(static_cast<unsigned char>(end[1])) == 'B' && end[2] == '\0')))
-      MESHCOMM_THROW(ErrorCode::InvalidUsage, "meshcomm-channel-bench: cannot parse size '", s, "'");
-  }
-  if (!(v > 0))
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "meshcomm-channel-bench: size '", s, "' must be positive");
-  return static_cast<uint64_t>(v * static_cast<double>(mult));
+  return tools::parseByteSize("meshcomm-channel-bench", s);
 }
 
 void usage() {
@@ -821,29 +800,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  RankEnv env;
-  try {
-    env = RankEnv::fromEnvironment();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshcomm-channel-bench: %s\n", e.what());
-    return 2;
-  }
-  const int gpus = gpuCount();
-  // Every rank prints the reason: the launcher may stop the others as soon as the first one exits.
-  if (gpus < 2 || env.worldSize < 2) {
-    if (gpus < 2)
-      std::printf("meshcomm-channel-bench: needs 2 GPUs, found %d\n", gpus);
-    else
-      std::printf("meshcomm-channel-bench: needs 2 ranks (run: meshcomm-run -n 2 -- %s)\n", argv[0]);
-    return kExitSkip;
-  }
-  if (env.localWorldSize > gpus) {
-    std::printf("meshcomm-channel-bench: %d local ranks but only %d GPUs\n", env.localWorldSize, gpus);
-    return kExitSkip;
-  }
-  // Ranks >= 2 wait in the closing barrier for the whole run: give the bootstrap time (unless set).
-  if (const char* t = std::getenv("MESHCOMM_BOOTSTRAP_TIMEOUT"); t == nullptr || *t == '\0')
-    ::setenv("MESHCOMM_BOOTSTRAP_TIMEOUT", "1800", 1);
+  int exitCode = 0;
+  const std::optional<RankEnv> rankEnv =
+      tools::prepareGpuToolRank("meshcomm-channel-bench", argv[0], 2, exitCode);
+  if (!rankEnv) return exitCode;
+  const RankEnv& env = *rankEnv;
   try {
     MESHCOMM_CUDA_CHECK(cudaSetDevice(env.localRank));
     auto bootstrap = TcpBootstrap::fromEnvironment();

@@ -24,17 +24,19 @@
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "meshcomm/comm.hpp"
 #include "meshcomm/core.hpp"
+#include "byte_size.hpp"
+#include "tool_rank.hpp"
 
 using namespace meshcomm;
 
 namespace {
 
-constexpr int kExitSkip = 77;
 const LaunchConfig kConfigs[] = {{0, 0}, {8, 512}, {16, 512}, {32, 512}, {64, 512}, {32, 1024}, {16, 256}};
 
 struct Options {
@@ -51,16 +53,7 @@ struct Options {
 };
 
 uint64_t parseBytes(const std::string& s) {
-  char* end = nullptr;
-  const double v = std::strtod(s.c_str(), &end);
-  uint64_t mult = 1;
-  if (end != nullptr && *end != '\0') {
-    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(*end)));
-    mult = c == 'K' ? 1ull << 10 : c == 'M' ? 1ull << 20 : c == 'G' ? 1ull << 30 : 0;
-    if (mult == 0) MESHCOMM_THROW(ErrorCode::InvalidUsage, "meshcomm-tune: cannot parse size '", s, "'");
-  }
-  if (!(v > 0)) MESHCOMM_THROW(ErrorCode::InvalidUsage, "meshcomm-tune: size '", s, "' must be positive");
-  return static_cast<uint64_t>(v * static_cast<double>(mult));
+  return tools::parseByteSize("meshcomm-tune", s);
 }
 
 void usage() {
@@ -338,21 +331,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
   }
-  RankEnv env;
-  try {
-    env = RankEnv::fromEnvironment();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "meshcomm-tune: %s\n", e.what());
-    return 2;
-  }
-  const int gpus = gpuCount();
-  if (gpus < 2 || env.worldSize < 2 || env.localWorldSize > gpus) {
-    std::printf("meshcomm-tune: needs at least 2 GPUs and one rank per GPU (found %d GPUs, %d ranks)\n", gpus,
-                env.worldSize);
-    return kExitSkip;
-  }
-  if (const char* t = std::getenv("MESHCOMM_BOOTSTRAP_TIMEOUT"); t == nullptr || *t == '\0')
-    ::setenv("MESHCOMM_BOOTSTRAP_TIMEOUT", "1800", 1);
+  int exitCode = 0;
+  const std::optional<RankEnv> rankEnv = tools::prepareGpuToolRank("meshcomm-tune", argv[0], 2, exitCode);
+  if (!rankEnv) return exitCode;
+  const RankEnv& env = *rankEnv;
   try {
     MESHCOMM_CUDA_CHECK(cudaSetDevice(env.localRank));
     auto bootstrap = TcpBootstrap::fromEnvironment();
