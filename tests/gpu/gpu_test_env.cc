@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <random>
 #include <sstream>
+#include <string>
 
 namespace meshcomm::test {
 
@@ -339,6 +342,20 @@ size_t freeDeviceMemory() {
   size_t freeBytes = 0, totalBytes = 0;
   MESHCOMM_CUDA_CHECK(cudaMemGetInfo(&freeBytes, &totalBytes));
   return freeBytes;
+}
+
+size_t residentHostMemory() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmRSS:") {
+      size_t kib = 0;
+      status >> kib;
+      return kib * 1024;
+    }
+    status.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return 0;
 }
 
 int openFileDescriptors() {

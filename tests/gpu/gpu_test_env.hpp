@@ -354,9 +354,11 @@ struct RegisteredBuffer {
 
 const char* memoryKindName(GpuMemoryKind kind);
 
-// Bytes of free device memory (cudaMemGetInfo) and open file descriptors of this process.
+// Bytes of free device memory (cudaMemGetInfo), open file descriptors and resident host memory (VmRSS, bytes)
+// of this process.
 size_t freeDeviceMemory();
 int openFileDescriptors();
+size_t residentHostMemory();
 
 // ---------------------------------------------------------------------------------------------------------
 // Peer setup shared by the tests

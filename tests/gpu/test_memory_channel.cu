@@ -434,13 +434,14 @@ TEST_P(RegistrationTest, RegisterExchangeReleaseStaysFlat) {
 
   BufferChecker checker;
   CheckTally tally;
-  size_t freeBefore = 0;
+  size_t freeBefore = 0, rssBefore = 0;
   int fdsBefore = 0;
   for (int i = 0; i < kWarmup + kCycles; ++i) {
     if (i == kWarmup) {
       syncAndCheck();
       freeBefore = freeDeviceMemory();
       fdsBefore = openFileDescriptors();
+      rssBefore = residentHostMemory();
     }
     const Cycle mine = cycleOf(rank(), i), theirs = cycleOf(prev, i);
     GpuBuffer fresh;  // declared first: freed last, after the registration and the peer's mapping are gone
@@ -479,13 +480,18 @@ TEST_P(RegistrationTest, RegisterExchangeReleaseStaysFlat) {
   syncAndCheck();
   const size_t freeAfter = freeDeviceMemory();
   const int fdsAfter = openFileDescriptors();
+  const size_t rssAfter = residentHostMemory();
   const double driftMiB = (static_cast<double>(freeBefore) - static_cast<double>(freeAfter)) / kMiB;
+  const double rssDriftMiB = (static_cast<double>(rssAfter) - static_cast<double>(rssBefore)) / kMiB;
   std::printf(
       "[rank %d] %s: free device memory %.1f MiB after %d warm-up cycles, %.1f MiB after %d more "
-      "(drift %.2f MiB); open fds %d -> %d\n",
+      "(drift %.2f MiB); open fds %d -> %d; resident host memory %.1f -> %.1f MiB (drift %.2f MiB)\n",
       rank(), memoryKindName(kind), freeBefore / kMiB, kWarmup, freeAfter / kMiB, kCycles, driftMiB,
-      fdsBefore, fdsAfter);
+      fdsBefore, fdsAfter, rssBefore / kMiB, rssAfter / kMiB, rssDriftMiB);
   EXPECT_LE(driftMiB, 2.0) << "device memory leaked over " << kCycles << " register/exchange/release cycles";
+  // A leak of 256 bytes per cycle (less than one registration descriptor) shows as 2.4 MiB here.
+  EXPECT_GT(rssBefore, 0u) << "VmRSS not readable from /proc/self/status";
+  EXPECT_LE(rssDriftMiB, 2.0) << "host memory leaked over " << kCycles << " register/exchange/release cycles";
   EXPECT_LE(fdsAfter - fdsBefore, 8) << "file descriptors leaked over " << kCycles << " cycles";
   EXPECT_EQ(tally.failures(), 0u) << tally.summary();
 }
