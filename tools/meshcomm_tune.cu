@@ -24,7 +24,9 @@
 #include <functional>
 #include <limits>
 #include <sstream>
+#include <map>
 #include <optional>
+#include <tuple>
 #include <string>
 #include <vector>
 
@@ -264,6 +266,9 @@ class Tuner {
       double us;
     };
     std::vector<Winner> winners;
+    // Total time of each candidate over all sizes (for collectives whose size is rank-local: one rule).
+    std::map<std::tuple<std::string, int, int>, std::pair<double, int>> totals;
+    int sizesMeasured = 0;
     for (uint64_t S = o_.minBytes; S <= o_.maxBytes; S *= 2) {
       const uint64_t unit = es_ * n_;
       const uint64_t size = S / unit * unit;
@@ -279,8 +284,14 @@ class Tuner {
                         static_cast<unsigned long long>(size), alg->name().c_str(), cfg.nBlocks,
                         cfg.nThreadsPerBlock, us);
           if (!std::isnan(us) && us < best.us) best = Winner{size, alg->name(), cfg, us};
+          if (!std::isnan(us)) {
+            auto& t = totals[{alg->name(), cfg.nBlocks, cfg.nThreadsPerBlock}];
+            t.first += us;
+            t.second += 1;
+          }
         }
       }
+      ++sizesMeasured;
       if (!best.algo.empty()) {
         winners.push_back(best);
         if (rank_ == 0)
@@ -289,6 +300,21 @@ class Tuner {
                       best.cfg.nThreadsPerBlock, best.us);
       }
       std::fflush(stdout);
+    }
+    if (sizeIsRankLocal(c)) {  // one unbounded rule: the candidate with the least total time at every size
+      const std::pair<const std::tuple<std::string, int, int>, std::pair<double, int>>* best = nullptr;
+      for (const auto& entry : totals)
+        if (entry.second.second == sizesMeasured && (!best || entry.second.first < best->second.first))
+          best = &entry;
+      if (best != nullptr) {
+        SelectorRule r;
+        r.collective = c;
+        r.worldSize = n_;
+        r.algorithm = std::get<0>(best->first);
+        r.config = LaunchConfig{std::get<1>(best->first), std::get<2>(best->first)};
+        rules.push_back(r);
+      }
+      return;
     }
     // Merge adjacent sizes with the same winner.
     for (size_t i = 0; i < winners.size();) {

@@ -31,6 +31,9 @@ enum class Collective : uint8_t {
 };
 constexpr int kNumCollectives = 11;
 const char* collectiveName(Collective c);  // "allreduce", "allgather", "reduce_scatter", ...
+// True where each rank sees its own message size (alltoallv, sendrecv): selection for such a collective must
+// not depend on size, or ranks could pick different algorithms or launch configurations for one call.
+bool sizeIsRankLocal(Collective c);
 
 // One point-to-point operation of a SendRecv group.
 struct P2POp {

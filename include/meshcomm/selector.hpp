@@ -35,7 +35,9 @@ struct Selection {
 class Selector {
  public:
   Selector() = default;
-  explicit Selector(std::vector<SelectorRule> rules) : rules_(std::move(rules)) {}
+  // Throws Error(InvalidUsage) naming the rule for a rule that cannot be honoured consistently (e.g. size
+  // bounds on a collective whose size is rank-local).
+  explicit Selector(std::vector<SelectorRule> rules);
   // Parses a table (throws Error(InvalidUsage) naming the rule index and field on malformed input).
   static Selector fromJson(const std::string& text);
   static Selector fromFile(const std::string& path);

@@ -45,6 +45,10 @@ const char* collectiveName(Collective c) {
   return i < kNumCollectives ? kCollectiveNames[i] : "invalid";
 }
 
+bool sizeIsRankLocal(Collective c) {
+  return c == Collective::AllToAllv || c == Collective::SendRecv;
+}
+
 size_t CollectiveArgs::messageBytes(int nRanks) const {
   const size_t elt = dataTypeSize(dtype);
   const size_t n = static_cast<size_t>(nRanks);

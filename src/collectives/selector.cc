@@ -98,6 +98,19 @@ void readField(SelectorRule& r, const std::string& key, const json& v, size_t in
   }
 }
 
+// Checks that a rule (parsed or built by a tool) can be applied the same way on every rank.
+void checkRule(const SelectorRule& r, size_t index) {
+  if (r.minBytes > r.maxBytes) {
+    fail({index, "min_bytes"}, "min_bytes ", r.minBytes, " is larger than max_bytes ", r.maxBytes);
+  }
+  if (sizeIsRankLocal(r.collective) &&
+      (r.minBytes != 0 || r.maxBytes != std::numeric_limits<size_t>::max())) {
+    fail({index, "min_bytes"}, collectiveName(r.collective),
+         " rules cannot bound the size: each rank sees its own size, and all ranks must pick the same "
+         "algorithm and launch configuration");
+  }
+}
+
 SelectorRule parseRule(const json& j, size_t index) {
   if (!j.is_object()) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: rule ", index, ": expected an object, got ",
@@ -108,9 +121,7 @@ SelectorRule parseRule(const json& j, size_t index) {
   }
   SelectorRule r;
   for (auto it = j.begin(); it != j.end(); ++it) readField(r, it.key(), it.value(), index);
-  if (r.minBytes > r.maxBytes) {
-    fail({index, "min_bytes"}, "min_bytes ", r.minBytes, " is larger than max_bytes ", r.maxBytes);
-  }
+  checkRule(r, index);
   return r;
 }
 
@@ -130,6 +141,10 @@ json ruleToJson(const SelectorRule& r) {
 }
 
 }  // namespace
+
+Selector::Selector(std::vector<SelectorRule> rules) : rules_(std::move(rules)) {
+  for (size_t i = 0; i < rules_.size(); ++i) checkRule(rules_[i], i);
+}
 
 Selector Selector::fromJson(const std::string& text) {
   json doc;

@@ -141,6 +141,32 @@ TEST(SelectorJson, RejectsMalformedTables) {
   bad(R"({"rules": [{"collective": "allreduce", "algorithm": 3}]})", {"'algorithm'", "string"});
 }
 
+TEST(SelectorJson, RankLocalSizesCannotBeBounded) {
+  // alltoallv and sendrecv sizes differ between ranks: a size-bounded rule could split the ranks.
+  for (const char* coll : {"alltoallv", "sendrecv"}) {
+    for (const char* bound : {"\"min_bytes\": 1", "\"max_bytes\": 4096"}) {
+      const std::string text =
+          std::string(R"({"rules": [{"collective": ")") + coll + R"(", "algorithm": "x", )" + bound + "}]}";
+      expectErrorContains([&] { Selector::fromJson(text); }, {"rule 0", coll, "each rank sees its own size"});
+    }
+  }
+  SelectorRule bounded;
+  bounded.collective = Collective::AllToAllv;
+  bounded.algorithm = "x";
+  bounded.maxBytes = 1 << 20;
+  expectErrorContains([&] { Selector{{bounded}}; }, {"rule 0", "alltoallv"});
+  // Unbounded rules (and bounded rules of other collectives) stay accepted.
+  EXPECT_EQ(Selector::fromJson(R"({"rules": [{"collective": "alltoallv", "algorithm": "x", "blocks": 8}]})")
+                .rules()
+                .size(),
+            1u);
+  bounded.collective = Collective::AllToAll;
+  EXPECT_NO_THROW(Selector{{bounded}});
+  EXPECT_TRUE(sizeIsRankLocal(Collective::AllToAllv));
+  EXPECT_TRUE(sizeIsRankLocal(Collective::SendRecv));
+  EXPECT_FALSE(sizeIsRankLocal(Collective::AllToAll));
+}
+
 TEST(SelectorJson, RoundTrips) {
   const std::string text = R"({"rules": [
     {"collective": "allreduce", "algorithm": "x", "min_bytes": 10, "max_bytes": 20, "world_size": 4,
