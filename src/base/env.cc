@@ -41,7 +41,7 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Bytes of registered scratch memory per rank that the collectives share (mapped on every peer)."},
       {"MESHCOMM_PACKET_BYTES", EnvType::Int, "67108864",
        "Bytes of the registered LL packet buffer per rank; LL algorithms reserve their regions of it."},
-      {"MESHCOMM_CHANNELS_PER_PEER", EnvType::Int, "64",
+      {"MESHCOMM_CHANNELS_PER_PEER", EnvType::Int, "128",
        "MemoryChannels (each with its own semaphore pair) the collectives build to every peer."},
       {"MESHCOMM_ALGO_TABLE", EnvType::String, "",
        "Path of a JSON algorithm selection table (docs/collectives.md) used instead of the built-in one."},

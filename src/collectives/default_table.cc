@@ -12,10 +12,19 @@ const char* defaultSelectionTable() {
   {"collective": "allreduce", "algorithm": "allreduce_rsag"},
   {"collective": "reduce_scatter", "max_bytes": 262144, "algorithm": "reduce_scatter_ll"},
   {"collective": "reduce_scatter", "algorithm": "reduce_scatter_scratch"},
+  {"collective": "reduce", "max_bytes": 262144, "algorithm": "reduce_ll"},
+  {"collective": "reduce", "algorithm": "reduce_scratch"},
   {"collective": "allgather", "max_bytes": 262144, "algorithm": "allgather_ll"},
   {"collective": "allgather", "algorithm": "allgather_scratch"},
-  {"collective": "alltoall", "max_bytes": 262144, "algorithm": "alltoall_ll"},
-  {"collective": "alltoall", "algorithm": "alltoall_scratch"}
+  {"collective": "alltoall", "max_bytes": 32768, "algorithm": "alltoall_ll"},
+  {"collective": "alltoall", "algorithm": "alltoall_scratch"},
+  {"collective": "broadcast", "max_bytes": 65536, "algorithm": "broadcast_ll"},
+  {"collective": "broadcast", "max_bytes": 1048576, "algorithm": "broadcast_scratch"},
+  {"collective": "broadcast", "algorithm": "broadcast_pipe"},
+  {"collective": "gather", "max_bytes": 65536, "algorithm": "gather_ll"},
+  {"collective": "gather", "algorithm": "gather_scratch"},
+  {"collective": "scatter", "max_bytes": 65536, "algorithm": "scatter_ll"},
+  {"collective": "scatter", "algorithm": "scatter_scratch"}
 ]})json";
 }
 

@@ -10,7 +10,7 @@ std::shared_ptr<Algorithm> makeAllreduceTwoshotLL() {
   return std::make_shared<LLReductionAlgorithm<LLMode::TwoShot>>(
       "allreduce_twoshot_ll", Collective::AllReduce,
       /*maxBytes=*/4 << 20, /*budgetFraction=*/0.375,
-      /*packsPerBlock=*/256);
+      /*packsPerBlock=*/128);  // 512 KiB: 64 blocks, not 32: more SMs issue packets
 }
 
 }  // namespace meshcomm::reduction

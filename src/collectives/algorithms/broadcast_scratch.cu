@@ -22,10 +22,183 @@ struct BroadcastPlan : RootedPlanBase {
   }
 };
 
+// broadcast_sag (scatter + all-gather among the non-roots, two pairwise-engine launches on the stream):
+// the message is cut into n-1 16-byte-aligned pieces, piece k for the k-th non-root after the root
+// (k = (rank - root - 1) mod n). Launch 1 (BcastScatterPlan): the root sends piece k(p) to rank p, which
+// writes it into its output at the piece's offset; the root copies input -> output (skipped in place).
+// Launch 2 (BcastForwardPlan, n > 2): every non-root sends its piece (from its output, complete since
+// launch 1 finished on this stream) to every other non-root; root pairs are idle. Per-rank egress: root S,
+// non-root (n-2)/(n-1)·S (broadcast_scratch: root (n-1)·S). Each launch is an ordinary engine call: its
+// opening signals order the scratch reuse (launch 2's opening follows the peer's launch 1 completion).
+struct BcastPieces {
+  __device__ static uint64_t per(uint64_t bytes, int n) {
+    return roundUp16(divUp(bytes, static_cast<uint64_t>(n - 1)));
+  }
+  // Piece of rank r (r != root): [off, off + len) of the message.
+  __device__ static Piece of(uint64_t bytes, int n, int root, int r) {
+    const uint64_t k = static_cast<uint64_t>((r - root - 1 + n) % n);
+    const uint64_t p = per(bytes, n);
+    const uint64_t off = minU(bytes, k * p);
+    return {off, minU(bytes, off + p) - off};
+  }
+};
+
+struct BcastScatterPlan : RootedPlanBase {
+  __device__ ContigStream send(const CommDeviceView& v, int peer) const {
+    if (v.rank != root) return {};
+    const Piece p = BcastPieces::of(bytes, v.nRanks, root, peer);
+    return {input + p.off, p.len};
+  }
+  __device__ ContigStream recv(const CommDeviceView& v, int peer) const {
+    if (peer != root) return {};
+    const Piece p = BcastPieces::of(bytes, v.nRanks, root, v.rank);
+    return {output + p.off, p.len};
+  }
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
+    if (v.rank == root) copyShare(output, input, bytes, part, nParts);
+  }
+};
+
+struct BcastForwardPlan : RootedPlanBase {
+  __device__ bool active(const CommDeviceView& v, int peer) const { return v.rank != root && peer != root; }
+  __device__ ContigStream send(const CommDeviceView& v, int) const {
+    const Piece p = BcastPieces::of(bytes, v.nRanks, root, v.rank);
+    return {output + p.off, p.len};
+  }
+  __device__ ContigStream recv(const CommDeviceView& v, int peer) const {
+    const Piece p = BcastPieces::of(bytes, v.nRanks, root, peer);
+    return {output + p.off, p.len};
+  }
+  __device__ void selfCopy(const CommDeviceView&, uint32_t, uint32_t) const {}
+};
+
+class BroadcastSag : public EngineAlgorithm {
+ public:
+  BroadcastSag() : EngineAlgorithm("broadcast_sag", Collective::Broadcast, /*needsHeader=*/false) {}
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    return engineReason(topo);
+  }
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    BcastScatterPlan scatter;
+    scatter.input = const_cast<char*>(static_cast<const char*>(args.input));
+    scatter.output = static_cast<char*>(args.output);
+    scatter.bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    scatter.root = args.root;
+    if (scatter.bytes == 0) return;  // equal on every rank
+    launchEngine(resources, args, config, scatter);
+    if (resources.view().nRanks <= 2) return;  // one non-root: it has the whole message already
+    BcastForwardPlan forward;
+    forward.input = scatter.input;
+    forward.output = scatter.output;
+    forward.bytes = scatter.bytes;
+    forward.root = scatter.root;
+    launchEngine(resources, args, config, forward);
+  }
+};
+
+// broadcast_pipe: broadcast_sag's two steps in ONE pairwise-engine launch, pipelined. Every pair is active:
+// root pairs carry piece k(p) from the root into p's output, non-root pairs forward each one's piece to
+// the other. On a non-root rank p, the forwarding block (q, c) puts its piece t only after p's root-pair
+// block (root, c) has copied piece t of the same stream out of scratch into p's output: rounds are sized
+// by the piece size (roundBasis) on every pair, so block c's piece t is the same byte range in both
+// streams. Link words (algorithm-owned, per rank): [0] generation (launches so far), [1] arrival count,
+// [2 + c] progress of root-pair block c = (generation + 1) << 32 | (pieces copied out); monotonic over
+// calls. Publish: the block's copy-out stores, __syncthreads, thread 0 __threadfence + release store;
+// wait: thread 0 acquire spin, then __syncthreads. The generation is read by every block at its start and
+// advanced by the last block to arrive (after every block read it); the next launch is stream-ordered.
+// Deadlock-free: root pairs depend only on the root, which depends on nothing; forwarding waits only on
+// root pairs (all blocks co-resident, as the engine already requires).
+struct BcastPipePlan : RootedPlanBase {
+  static constexpr bool kLinked = true;
+  uint64_t* link;  // [2 + channelsPerPeer]
+
+  __device__ bool active(const CommDeviceView&, int) const { return true; }
+  __device__ ContigStream send(const CommDeviceView& v, int peer) const {
+    if (peer == root) return {};
+    const Piece p = BcastPieces::of(bytes, v.nRanks, root, v.rank == root ? peer : v.rank);
+    return {(v.rank == root ? input : output) + p.off, p.len};
+  }
+  __device__ ContigStream recv(const CommDeviceView& v, int peer) const {
+    if (v.rank == root) return {};
+    const Piece p = BcastPieces::of(bytes, v.nRanks, root, peer == root ? v.rank : peer);
+    return {output + p.off, p.len};
+  }
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
+    if (v.rank == root) copyShare(output, input, bytes, part, nParts);
+  }
+  __device__ uint64_t roundBasis(const CommDeviceView& v, uint64_t) const {
+    return BcastPieces::per(bytes, v.nRanks);
+  }
+  __device__ uint64_t linkGeneration() const { return *static_cast<volatile const uint64_t*>(link); }
+  __device__ static uint64_t progress(uint64_t gen, uint64_t t) { return ((gen + 1) << 32) | (t + 1); }
+  __device__ bool waitLinked(const CommDeviceView& v, int peer, int c, uint64_t t, uint64_t gen,
+                             const SpinContext& ctx) const {
+    if (v.rank == root || peer == root) return true;  // only forwarding waits
+    const uint64_t want = progress(gen, t);
+    const uint64_t* word = link + 2 + c;
+    return device::spinUntil(
+        [&](uint64_t& seen) {
+          seen = device::loadAcquireSys(word);
+          return seen >= want;
+        },
+        ctx, DeviceOp::SemaphoreWait, want);
+  }
+  __device__ void publishLinked(const CommDeviceView& v, int peer, int c, uint64_t t, uint64_t gen) const {
+    if (v.rank == root || peer != root) return;  // only the non-root side of a root pair publishes
+    __threadfence();
+    device::storeReleaseSys(link + 2 + c, progress(gen, t));
+  }
+  __device__ void arriveLinked(uint64_t gen) const {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      if (device::fetchAddRelaxedGpu(link + 1, 1) == gridDim.x - 1) {
+        // every block has read the generation and finished its waits and publishes
+        *static_cast<volatile uint64_t*>(link + 1) = 0;
+        *static_cast<volatile uint64_t*>(link) = gen + 1;
+      }
+    }
+  }
+};
+
+class BroadcastPipe : public EngineAlgorithm {
+ public:
+  BroadcastPipe() : EngineAlgorithm("broadcast_pipe", Collective::Broadcast, /*needsHeader=*/false) {}
+  void initialize(CommResources& resources) override {
+    EngineAlgorithm::initialize(resources);
+    link_ =
+        resources.allocateDeviceWords(2 + static_cast<size_t>(std::max(1, resources.view().channelsPerPeer)));
+  }
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    return engineReason(topo);
+  }
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    BcastPipePlan plan;
+    plan.input = const_cast<char*>(static_cast<const char*>(args.input));
+    plan.output = static_cast<char*>(args.output);
+    plan.bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    plan.root = args.root;
+    plan.link = link_;
+    if (plan.bytes == 0) return;  // equal on every rank
+    launchEngine(resources, args, config, plan);
+  }
+
+ private:
+  uint64_t* link_ = nullptr;
+};
+
 }  // namespace
 
+std::shared_ptr<Algorithm> makeBroadcastPipe() {
+  return std::make_shared<BroadcastPipe>();
+}
 std::shared_ptr<Algorithm> makeBroadcastScratch() {
   return std::make_shared<SimpleEngineAlgorithm<BroadcastPlan>>("broadcast_scratch", Collective::Broadcast);
+}
+std::shared_ptr<Algorithm> makeBroadcastSag() {
+  return std::make_shared<BroadcastSag>();
 }
 
 }  // namespace meshcomm::movement

@@ -11,8 +11,13 @@ void registerMovementAlgorithms(AlgorithmCollection& collection) {
   collection.add(movement::makeAllToAllLL());
   collection.add(movement::makeAllToAllScratch());
   collection.add(movement::makeAllToAllvScratch());
+  collection.add(movement::makeBroadcastLL());
   collection.add(movement::makeBroadcastScratch());
+  collection.add(movement::makeBroadcastSag());
+  collection.add(movement::makeBroadcastPipe());
+  collection.add(movement::makeGatherLL());
   collection.add(movement::makeGatherScratch());
+  collection.add(movement::makeScatterLL());
   collection.add(movement::makeScatterScratch());
   collection.add(movement::makeSendRecvScratch());
   collection.add(movement::makeBarrierChannels());

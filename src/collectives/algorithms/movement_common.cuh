@@ -138,6 +138,71 @@ MESHCOMM_DEVICE_INLINE BlockRole blockRole(const CommDeviceView& v, int blocksPe
   return {-1, 0};
 }
 
+// Funnel-shifts the 16 bytes at byte offset k (1..15) of the 32 bytes {lo, hi}.
+MESHCOMM_DEVICE_INLINE uint4 shiftPack(const uint4& lo, const uint4& hi, uint32_t q, uint32_t sh) {
+  // words q..q+4 of {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w} (q = k / 4 in 0..3), by selects
+  const uint32_t w0 = q == 0 ? lo.x : q == 1 ? lo.y : q == 2 ? lo.z : lo.w;
+  const uint32_t w1 = q == 0 ? lo.y : q == 1 ? lo.z : q == 2 ? lo.w : hi.x;
+  const uint32_t w2 = q == 0 ? lo.z : q == 1 ? lo.w : q == 2 ? hi.x : hi.y;
+  const uint32_t w3 = q == 0 ? lo.w : q == 1 ? hi.x : q == 2 ? hi.y : hi.z;
+  const uint32_t w4 = q == 0 ? hi.x : q == 1 ? hi.y : q == 2 ? hi.z : hi.w;
+  uint4 r;
+  r.x = __funnelshift_r(w0, w1, sh);  // sh = 8 * (k % 4); 0 returns w0
+  r.y = __funnelshift_r(w1, w2, sh);
+  r.z = __funnelshift_r(w2, w3, sh);
+  r.w = __funnelshift_r(w3, w4, sh);
+  return r;
+}
+
+// Block-cooperative copy at any alignment, 16-byte stores wherever possible: device::copy when both
+// pointers are 16-byte aligned; otherwise a byte head up to the destination's 16-byte boundary, then
+// aligned 16-byte stores of funnel-shifted pairs of aligned 16-byte source loads, then a byte tail.
+// (device::copy alone falls back to 1-byte accesses when the two pointers differ mod 4, e.g. alltoallv
+// displacements of an odd number of bf16 elements.) The first aligned source load may touch up to 15
+// bytes before src (same 16-byte-aligned chunk, so inside src's allocation; values discarded); no load
+// passes src + bytes.
+MESHCOMM_DEVICE_INLINE void copyBytes(char* dst, const char* src, uint64_t bytes, uint32_t tid, uint32_t nt) {
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0 || bytes < 64) {
+    device::copy(dst, src, bytes, tid, nt);
+    return;
+  }
+  const uint64_t head = minU(bytes, (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15);
+  for (uint64_t i = tid; i < head; i += nt) dst[i] = src[i];
+  dst += head;
+  src += head;
+  bytes -= head;
+  const uint32_t k = static_cast<uint32_t>(reinterpret_cast<uintptr_t>(src) & 15);
+  // Shifted path: vector i reads aligned source vectors i and i+1; the last one must end by src + bytes
+  // (16(i+2) <= bytes + k), so no load passes the end of the source; the rest goes to the byte tail.
+  const uint64_t nVec = k == 0 ? bytes / 16 : minU(bytes / 16, (bytes + k) / 16 - 1);
+  if (k == 0) {
+    device::copy(dst, src, nVec * 16, tid, nt);
+  } else {
+    constexpr int kUnroll = 4;
+    const auto* sv = reinterpret_cast<const uint4*>(src - k);  // aligned; vector i+1 ends past src + 16i
+    auto* dv = reinterpret_cast<uint4*>(dst);
+    const uint32_t q = k / 4, sh = 8 * (k % 4);
+    const uint64_t stride = static_cast<uint64_t>(kUnroll) * nt;
+    for (uint64_t base = tid; base < nVec; base += stride) {
+      uint4 lo[kUnroll], hi[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t i = base + static_cast<uint64_t>(u) * nt;
+        if (i < nVec) {
+          lo[u] = sv[i];
+          hi[u] = sv[i + 1];
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t i = base + static_cast<uint64_t>(u) * nt;
+        if (i < nVec) dv[i] = shiftPack(lo[u], hi[u], q, sh);
+      }
+    }
+  }
+  for (uint64_t i = nVec * 16 + tid; i < bytes; i += nt) dst[i] = src[i];
+}
+
 // Block `part` of `nParts` copies its 16-byte-aligned share of a local copy.
 MESHCOMM_DEVICE_INLINE void copyShare(char* dst, const char* src, uint64_t bytes, uint32_t part,
                                       uint32_t nParts) {
@@ -145,7 +210,7 @@ MESHCOMM_DEVICE_INLINE void copyShare(char* dst, const char* src, uint64_t bytes
   const uint64_t per = roundUp16(divUp(bytes, nParts));
   const uint64_t off = per * part;
   if (off >= bytes) return;
-  device::copy(dst + off, src + off, minU(per, bytes - off), threadIdx.x, blockDim.x);
+  copyBytes(dst + off, src + off, minU(per, bytes - off), threadIdx.x, blockDim.x);
 }
 
 // Records a count mismatch (fatal for the communicator, like a timeout: the host raises it).
@@ -165,10 +230,10 @@ struct ContigStream {
 
 #if defined(__CUDACC__)
   MESHCOMM_DEVICE_INLINE void toScratch(char* dst, uint64_t off, uint64_t len) const {
-    device::copy(dst, ptr + off, len, threadIdx.x, blockDim.x);
+    copyBytes(dst, ptr + off, len, threadIdx.x, blockDim.x);
   }
   MESHCOMM_DEVICE_INLINE void fromScratch(const char* src, uint64_t off, uint64_t len) const {
-    device::copy(ptr + off, src, len, threadIdx.x, blockDim.x);
+    copyBytes(ptr + off, src, len, threadIdx.x, blockDim.x);
   }
 #endif
 };
@@ -195,9 +260,9 @@ struct SegStream {
         char* user = segs[i].ptr + (lo - base);
         char* piece = scratch + (lo - off);
         if (kToScratch)
-          device::copy(piece, user, hi - lo, threadIdx.x, blockDim.x);
+          copyBytes(piece, user, hi - lo, threadIdx.x, blockDim.x);
         else
-          device::copy(user, piece, hi - lo, threadIdx.x, blockDim.x);
+          copyBytes(user, piece, hi - lo, threadIdx.x, blockDim.x);
       }
       base = segEnd;
     }
@@ -244,9 +309,10 @@ MESHCOMM_HOST_DEVICE_INLINE Piece roundPiece(uint64_t bytes, uint64_t t, uint64_
   return {off, minU(per, rs + rl - off)};
 }
 
-// Defaults of the Plan interface (pairwiseKernel below): no header, no signatures.
+// Defaults of the Plan interface (pairwiseKernel below): no header, no signatures, no links.
 struct PlanBase {
   static constexpr bool kHeader = false;
+  static constexpr bool kLinked = false;
 #if defined(__CUDACC__)
   MESHCOMM_DEVICE_INLINE uint64_t sendSig(int) const {
     return 0;
@@ -254,6 +320,19 @@ struct PlanBase {
   MESHCOMM_DEVICE_INLINE uint64_t recvSig(int) const {
     return 0;
   }
+  // kLinked hooks (see pairwiseKernel); unused otherwise.
+  MESHCOMM_DEVICE_INLINE uint64_t roundBasis(const CommDeviceView&, uint64_t maxBytes) const {
+    return maxBytes;
+  }
+  MESHCOMM_DEVICE_INLINE uint64_t linkGeneration() const {
+    return 0;
+  }
+  MESHCOMM_DEVICE_INLINE bool waitLinked(const CommDeviceView&, int, int, uint64_t, uint64_t,
+                                         const SpinContext&) const {
+    return true;
+  }
+  MESHCOMM_DEVICE_INLINE void publishLinked(const CommDeviceView&, int, int, uint64_t, uint64_t) const {}
+  MESHCOMM_DEVICE_INLINE void arriveLinked(uint64_t) const {}
 #endif
 };
 
@@ -316,6 +395,13 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
 //   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes = capacity expected from the peer)
 //   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
 //   void selfCopy(v, part, nParts)   this block's share of the local copy
+//   static constexpr bool kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
+//     uint64_t roundBasis(v, maxBytes)   bytes that size the rounds (equal on both sides of every pair)
+//     uint64_t linkGeneration()          read once per block at the start (a per-launch number)
+//     bool waitLinked(v, peer, c, t, gen, ctx)   thread 0, before the put of a non-empty piece t
+//     void publishLinked(v, peer, c, t, gen)     thread 0, after piece t was copied out (block synced)
+//     void arriveLinked(gen)             every block, last thing (all threads; advances the generation)
+//   Linked blocks wait on blocks of the same grid: the grid must be co-resident (as for the engine).
 // Memory order: puts and copy-outs are weak; __syncthreads() then thread 0's release signal publishes the
 // puts and retires the copy-out reads; thread 0's acquire wait then __syncthreads() makes the peer's puts
 // visible to the block. A failed wait (timeout/abort) ends the block's exchange.
@@ -340,8 +426,13 @@ __global__ void __launch_bounds__(kEngineThreads)
       }
     }
   }
+  uint64_t gen = 0;
+  if constexpr (Plan::kLinked) gen = plan.linkGeneration();
   plan.selfCopy(v, blockIdx.x, gridDim.x);
-  if (!active) return;
+  if (!active) {
+    if constexpr (Plan::kLinked) plan.arriveLinked(gen);
+    return;
+  }
 
   const int peer = role.peer;
   int ok = 1;
@@ -368,7 +459,7 @@ __global__ void __launch_bounds__(kEngineThreads)
     }
     const uint64_t recvLimit = minU(peerBytes, recv.bytes);  // never write past the receiver's buffer
     const uint64_t maxBytes = maxU(send.bytes, peerBytes);
-    const uint64_t roundBytes = g.pieceCap(maxBytes) * static_cast<uint64_t>(B);
+    const uint64_t roundBytes = g.pieceCap(plan.roundBasis(v, maxBytes)) * static_cast<uint64_t>(B);
     const uint64_t T = divUp(maxBytes, roundBytes);
     char* remote = static_cast<char*>(chan->dst) + static_cast<uint64_t>(v.rank) * g.slotBytes +
                    static_cast<uint64_t>(role.c) * g.blockStride;
@@ -377,6 +468,12 @@ __global__ void __launch_bounds__(kEngineThreads)
     for (uint64_t t = 0; t <= T; ++t) {
       if (t < T) {
         const Piece p = roundPiece(send.bytes, t, roundBytes, B, role.c);
+        if constexpr (Plan::kLinked) {
+          int linked = 1;
+          if (threadIdx.x == 0 && p.len)
+            linked = plan.waitLinked(v, peer, role.c, t, gen, chan->semaphore.spin) ? 1 : 0;
+          if (!__syncthreads_and(linked)) break;
+        }
         if (p.len) send.toScratch(remote + (t & 1) * g.bufBytes, p.off, p.len);
       }
       if (t > 0) {
@@ -387,10 +484,16 @@ __global__ void __launch_bounds__(kEngineThreads)
       if (t < T) {
         __syncthreads();
         if (threadIdx.x == 0) {
+          if constexpr (Plan::kLinked) {
+            if (t > 0) plan.publishLinked(v, peer, role.c, t - 1, gen);  // piece t-1 is out (synced)
+          }
           chan->signal();
           ok = chan->wait() ? 1 : 0;
         }
         if (!__syncthreads_and(ok)) break;
+      } else if constexpr (Plan::kLinked) {
+        __syncthreads();  // the tail copy-out of piece T-1 is done
+        if (threadIdx.x == 0 && T > 0) plan.publishLinked(v, peer, role.c, T - 1, gen);
       }
     }
   }
@@ -398,6 +501,7 @@ __global__ void __launch_bounds__(kEngineThreads)
     __syncthreads();  // the header read (thread 32) is done; only this block writes its own word
     if (threadIdx.x == 0) ep.advance(peer, role.c, B, ep.load(peer, role.c));
   }
+  if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }
 
 // The LL exchange (defined in ll_exchange.cu): block (peer p, index c) writes its share of the bytes for p

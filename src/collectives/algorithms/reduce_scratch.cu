@@ -1,7 +1,8 @@
-// reduce_scratch: reduce to a root of any size in one launch: a reduce-scatter through scratch (segment
-// owners reduce in rank order), then every non-root owner pushes its reduced segment into the root's
-// scratch and the root copies it into its output. The root's ingress is 2(n-1)/n of the message, like an
-// allreduce, instead of (n-1) times for a root that receives every input. See scratch_pipeline.cuh.
+// reduce_scratch: reduce to a root of any size in one launch: a reduce-scatter through scratch to the n-1
+// non-root ranks (segment owners reduce in rank order; the root only contributes), then every owner pushes
+// its reduced segment into the root's scratch and the root copies it into its output. Every rank sends
+// and receives the message size once (the root receives only the results), instead of (n-1) times for a
+// root that receives every input. See scratch_pipeline.cuh.
 #include "collectives/algorithms/scratch_pipeline.cuh"
 
 namespace meshcomm::reduction {

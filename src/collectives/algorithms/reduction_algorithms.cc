@@ -13,6 +13,7 @@ void registerReductionAlgorithms(AlgorithmCollection& collection) {
   collection.add(reduction::makeAllreduceRsag());
   collection.add(reduction::makeReduceScatterLL());
   collection.add(reduction::makeReduceScatterScratch());
+  collection.add(reduction::makeReduceLL());
   collection.add(reduction::makeReduceScratch());
 }
 

@@ -148,6 +148,7 @@ std::shared_ptr<Algorithm> makeAllreduceTwoshotLL();
 std::shared_ptr<Algorithm> makeAllreduceRsag();
 std::shared_ptr<Algorithm> makeReduceScatterLL();
 std::shared_ptr<Algorithm> makeReduceScatterScratch();
+std::shared_ptr<Algorithm> makeReduceLL();
 std::shared_ptr<Algorithm> makeReduceScratch();
 
 }  // namespace meshcomm::reduction

@@ -2,7 +2,9 @@
 // algorithms (large messages, any size, one launch). Each algorithm file instantiates one mode:
 //   AllReduce      (allreduce_rsag):          reduce-scatter to segment owners + all-gather of the results;
 //   ReduceScatter  (reduce_scatter_scratch):  reduce-scatter only (segment p = input chunk p);
-//   Reduce         (reduce_scratch):          reduce-scatter, then every owner sends its result to the root.
+//   Reduce         (reduce_scratch):          reduce-scatter over the n-1 non-root ranks (the root owns no
+//                                             segment; see PipeSegments), then every owner sends its result
+//                                             to the root.
 //
 // Block b uses channel b (with every peer) and owns a private part of every rank's scratch:
 //   [block nBlocks][slot 2][area kAreas][source rank nRanks][tileBytes]
@@ -14,8 +16,8 @@
 //   for i in rounds:                          then __syncthreads + signal every peer ("RS(i) landed")
 //     C(i): wait every peer (RS(i)); reduce own tile in rank order (own input from local memory, peers'
 //           from RS[i%2][r]); AllReduce: write own output + the result into AG[i%2][me] of every peer;
-//           ReduceScatter: write own output; Reduce: root writes its output, others write the result into
-//           AG[i%2][me] of the root
+//           ReduceScatter: write own output; Reduce: owners (non-root) write the result into AG[i%2][me]
+//           of the root (the root owns an empty segment and only waits)
 //     D(i): AllReduce: __syncthreads + signal every peer; Reduce (non-root): signal the root
 //     put(i+1) (if any)
 //     E(i): AllReduce / Reduce root: wait every peer (AG(i)), copy AG[i%2][p] into the output
@@ -42,6 +44,32 @@ constexpr Layout kPipeLayout = M == PipeMode::ReduceScatter ? Layout::Strided : 
 template <PipeMode M>
 constexpr int kPipeAreas = M == PipeMode::ReduceScatter ? 1 : 2;
 
+// The segments of a pipeline mode. AllReduce / ReduceScatter: Segments<kPipeLayout<M>> over all n ranks.
+// Reduce (n > 1): the root owns nothing; the message is split over the n-1 other ranks (owner index
+// p < root ? p : p-1). Every rank then sends and receives the message size once (the root receives only
+// the reduced segments), instead of the root also receiving the contributions to its own segment
+// (2(n-1)/n of the message through the root's inbound links). Reduce with n == 1: the root owns all.
+template <PipeMode M>
+struct PipeSegments {
+  Segments<kPipeLayout<M>> s;
+  int root;
+  bool rootless;  // Reduce with n > 1
+
+  MESHCOMM_HOST_DEVICE_INLINE PipeSegments(int n, uint64_t bytes, int r)
+      : s(M == PipeMode::Reduce && n > 1 ? n - 1 : n, bytes),
+        root(r),
+        rootless(M == PipeMode::Reduce && n > 1) {}
+
+  MESHCOMM_HOST_DEVICE_INLINE int owner(int p) const { return rootless && p > root ? p - 1 : p; }
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t start(int p) const {
+    return rootless && p == root ? 0 : s.start(owner(p));
+  }
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t length(int p) const {
+    return rootless && p == root ? 0 : s.length(owner(p));
+  }
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t maxPacks() const { return s.maxPacks(); }
+};
+
 struct PipeArgs {
   CommDeviceView view;
   const char* input;
@@ -53,6 +81,11 @@ struct PipeArgs {
   ReduceParams red;
 };
 
+// Independent 16-byte loads per thread in flight: in the reduction (packs per step; times n loads) and in
+// the copies (put into the peers' scratch, copy-out of the peers' results).
+constexpr int kReduceUnroll = 1;
+constexpr int kCopyUnroll = 4;
+
 template <DataType D, ReduceOp Op, PipeMode M>
 __global__ void __launch_bounds__(kMaxThreads) pipelineReduceKernel(PipeArgs a) {
   constexpr int kAreas = kPipeAreas<M>;
@@ -61,7 +94,7 @@ __global__ void __launch_bounds__(kMaxThreads) pipelineReduceKernel(PipeArgs a) 
   const int me = v.rank;
   const int c = blockIdx.x;
   const device::Reducer<D, Op> red(a.red);
-  const Segments<kPipeLayout<M>> seg(n, a.bytes);
+  const PipeSegments<M> seg(n, a.bytes, a.root);
   const BlockRange range(seg.maxPacks(), blockIdx.x, gridDim.x);
   const uint64_t tileBytes = a.tilePacks * kPackBytes;
   const uint64_t blockBase = static_cast<uint64_t>(blockIdx.x) * 2 * kAreas * n * tileBytes;
@@ -87,8 +120,8 @@ __global__ void __launch_bounds__(kMaxThreads) pipelineReduceKernel(PipeArgs a) 
       const int p = device::peerAt(v, k);
       const uint64_t nb = bytesIn(p, t0, t1);
       if (nb > 0) {
-        device::copy(scratchAt(p, i & 1, 0, me), a.input + seg.start(p) + t0 * kPackBytes, nb, threadIdx.x,
-                     blockDim.x);
+        device::copy<kCopyUnroll>(scratchAt(p, i & 1, 0, me), a.input + seg.start(p) + t0 * kPackBytes, nb,
+                                  threadIdx.x, blockDim.x);
       }
     }
     __syncthreads();
@@ -112,19 +145,35 @@ __global__ void __launch_bounds__(kMaxThreads) pipelineReduceKernel(PipeArgs a) 
       ownOut = a.output + seg.start(me) + t0 * kPackBytes;
     }
     const uint32_t outAlign = alignClass(ownOut);
-    for (uint64_t q = threadIdx.x; q < packsOf(ownBytes); q += blockDim.x) {
-      uint4 vals[kMaxRanks] = {};
+    const uint64_t ownPacks = packsOf(ownBytes);
+    // kReduceUnroll packs per thread per step: all their loads are issued before the first reduction, so
+    // (kReduceUnroll * n) independent 16-byte loads are in flight per thread.
+    for (uint64_t q0 = threadIdx.x; q0 < ownPacks; q0 += kReduceUnroll * blockDim.x) {
+      uint4 vals[kReduceUnroll][kMaxRanks];
+      uint4 own[kReduceUnroll];
 #pragma unroll
-      for (int r = 0; r < kMaxRanks; ++r) {
-        if (r < n && r != me) vals[r] = loadPack(scratchAt(me, slot, 0, r), q, ownBytes, 16);
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const uint64_t q = q0 + static_cast<uint64_t>(u) * blockDim.x;
+#pragma unroll
+        for (int r = 0; r < kMaxRanks; ++r) {
+          vals[u][r] = make_uint4(0, 0, 0, 0);
+          if (q < ownPacks && r < n && r != me)
+            vals[u][r] = loadPack(scratchAt(me, slot, 0, r), q, ownBytes, 16);
+        }
+        own[u] = q < ownPacks ? loadPack(ownIn, q, ownBytes, inAlign) : make_uint4(0, 0, 0, 0);
       }
-      const uint4 res = reduceRankOrder(red, vals, loadPack(ownIn, q, ownBytes, inAlign), me, n);
-      if (ownOut != nullptr) storePack(ownOut, q, ownBytes, outAlign, res);
-      if constexpr (M == PipeMode::AllReduce) {
-        for (int k = 0; k < n - 1; ++k)
-          storePack(scratchAt(device::peerAt(v, k), slot, 1, me), q, ownBytes, 16, res);
-      } else if constexpr (M == PipeMode::Reduce) {
-        if (me != a.root) storePack(scratchAt(a.root, slot, 1, me), q, ownBytes, 16, res);
+#pragma unroll
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const uint64_t q = q0 + static_cast<uint64_t>(u) * blockDim.x;
+        if (q >= ownPacks) break;
+        const uint4 res = reduceRankOrder(red, vals[u], own[u], me, n);
+        if (ownOut != nullptr) storePack(ownOut, q, ownBytes, outAlign, res);
+        if constexpr (M == PipeMode::AllReduce) {
+          for (int k = 0; k < n - 1; ++k)
+            storePack(scratchAt(device::peerAt(v, k), slot, 1, me), q, ownBytes, 16, res);
+        } else if constexpr (M == PipeMode::Reduce) {
+          if (me != a.root) storePack(scratchAt(a.root, slot, 1, me), q, ownBytes, 16, res);
+        }
       }
     }
     // D(i): results landed.
@@ -146,8 +195,8 @@ __global__ void __launch_bounds__(kMaxThreads) pipelineReduceKernel(PipeArgs a) 
         const int p = device::peerAt(v, k);
         const uint64_t nb = bytesIn(p, t0, t1);
         if (nb > 0) {
-          device::copy(a.output + seg.start(p) + t0 * kPackBytes, scratchAt(me, slot, 1, p), nb, threadIdx.x,
-                       blockDim.x);
+          device::copy<kCopyUnroll>(a.output + seg.start(p) + t0 * kPackBytes, scratchAt(me, slot, 1, p), nb,
+                                    threadIdx.x, blockDim.x);
         }
       }
     }
@@ -159,11 +208,13 @@ __global__ void __launch_bounds__(kMaxThreads) pipelineReduceKernel(PipeArgs a) 
 template <PipeMode M>
 class PipelineReductionAlgorithm : public ReductionAlgorithm {
  public:
-  static constexpr int kDefaultBlocks = 32;
+  // One block per SM on most of the GPU: NVLink needs many bytes in flight (32 blocks left ~100 SMs idle
+  // and reached ~70% of the link). Clamped by channelsPerPeer (MESHCOMM_CHANNELS_PER_PEER, default 128).
+  static constexpr int kDefaultBlocks = 128;
   static constexpr int kDefaultThreads = 512;
-  static constexpr uint64_t kTargetRounds = 4;        // rounds per block the tile size aims for
-  static constexpr uint64_t kMinTilePacks = 2048;     // 32 KiB: below this the signals dominate
-  static constexpr uint64_t kMinPacksPerBlock = 512;  // 8 KiB: smaller messages use fewer blocks
+  static constexpr uint64_t kTargetRounds = 4;         // rounds per block the tile size aims for
+  static constexpr uint64_t kMinTilePacks = 1024;      // 16 KiB: below this the signals dominate
+  static constexpr uint64_t kMinPacksPerBlock = 1024;  // 16 KiB: smaller messages use fewer blocks
 
   PipelineReductionAlgorithm(std::string name, Collective c) : ReductionAlgorithm(std::move(name), c) {}
 
@@ -181,7 +232,7 @@ class PipelineReductionAlgorithm : public ReductionAlgorithm {
 
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     const uint64_t packs =
-        Segments<kPipeLayout<M>>(topo.nRanks, args.count * dataTypeSize(args.dtype)).maxPacks();
+        PipeSegments<M>(topo.nRanks, args.count * dataTypeSize(args.dtype), args.root).maxPacks();
     LaunchConfig c;
     c.nThreadsPerBlock = kDefaultThreads;
     c.nBlocks = static_cast<int>(std::min<uint64_t>(ceilDiv(packs, kMinPacksPerBlock), kDefaultBlocks));
@@ -202,7 +253,7 @@ class PipelineReductionAlgorithm : public ReductionAlgorithm {
     a.bytes = args.count * dataTypeSize(args.dtype);
     a.root = args.root;
     a.red = makeReduceParams(args.op, n);
-    const uint64_t perBlock = ceilDiv(Segments<kPipeLayout<M>>(n, a.bytes).maxPacks(), c.nBlocks);
+    const uint64_t perBlock = ceilDiv(PipeSegments<M>(n, a.bytes, a.root).maxPacks(), c.nBlocks);
     const uint64_t maxTile = maxTilePacks(c.nBlocks);
     a.tilePacks = std::min(maxTile, std::max(kMinTilePacks, ceilDiv(perBlock, kTargetRounds)));
     a.tilePacks = std::max<uint64_t>(1, std::min(a.tilePacks, std::max<uint64_t>(perBlock, 1)));

@@ -1,0 +1,173 @@
+// broadcast_ll, gather_ll, scatter_ll: the LL exchange restricted to the pairs that include the root
+// (small messages). The *data sender* of a pair (broadcast, scatter: the root; gather: the non-root)
+// writes its payload for the peer as LL16 packets into the peer's region, slot [sender]; the other side
+// writes one *ack* packet (payload 0) into the data sender's region, slot [its rank], at the start of its
+// kernel, and the data sender spins for it (block c = 0, thread 0) before its epoch moves on. The ack makes
+// the pair's traffic two-way, which is what the pair-epoch half-safety argument (movement_common.cuh,
+// PairEpochs) needs: a sender writes half h in pair-epoch e+2 only after its kernel of epoch e+1 read the
+// peer's epoch-(e+1) packet, which the peer wrote after its kernel of epoch e (the last reader of half h)
+// completed. Pairs without the root are idle (no packets, epochs untouched: both sides agree, the root is
+// an argument equal on all ranks). Root-local copy: broadcast input -> output, gather input -> output +
+// root*bytes, scatter input + root*bytes -> output (each skipped in place).
+#include <memory>
+
+#include "collectives/algorithms/movement_algorithms.hpp"
+#include "collectives/algorithms/movement_common.cuh"
+
+namespace meshcomm::movement {
+namespace {
+
+enum class RootedMode : int { Broadcast, Gather, Scatter };
+
+constexpr uint64_t kRootedLLBudgets[] = {1u << 20, 512u << 10, 256u << 10};
+constexpr int kRootedPacketsPerThread = 1;  // more blocks than the exchange: one packet per thread
+
+struct PacketShare {
+  uint64_t pk0, off, len;  // packets [pk0, ...) = payload bytes [off, off + len)
+};
+
+__device__ PacketShare packetShare(uint64_t bytes, int B, int c) {
+  const uint64_t nPackets = divUp(bytes, LL16Packet::kPayloadBytes);
+  const uint64_t per = divUp(nPackets, static_cast<uint64_t>(B));
+  const uint64_t pk0 = per * static_cast<uint64_t>(c);
+  const uint64_t pk1 = minU(nPackets, pk0 + per);
+  if (pk0 >= pk1) return {pk0, 0, 0};
+  const uint64_t off = pk0 * LL16Packet::kPayloadBytes;
+  return {pk0, off, minU(bytes, pk1 * LL16Packet::kPayloadBytes) - off};
+}
+
+__global__ void __launch_bounds__(kLLThreads)
+    llRootedKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, int B, const char* input, char* output,
+                   uint64_t bytes, int root, RootedMode mode) {
+  __shared__ uint64_t sAck;
+  const BlockRole role = blockRole(v, B);
+  const bool active = role.peer >= 0 && (v.rank == root || role.peer == root);
+  const bool dataSender = mode == RootedMode::Gather ? v.rank != root : v.rank == root;
+  uint64_t epoch = 0;
+  uint32_t flag = 0;
+  if (active) {
+    epoch = ep.load(role.peer, role.c);
+    flag = llFlag(epoch);
+    auto* out = reinterpret_cast<LL16Packet*>(r.outbox(v, role.peer, epoch & 1));
+    if (dataSender) {
+      const char* src = input + (mode == RootedMode::Scatter ? static_cast<uint64_t>(role.peer) * bytes : 0);
+      const PacketShare s = packetShare(bytes, B, role.c);
+      if (s.len) device::putPackets(out + s.pk0, src + s.off, s.len, flag, threadIdx.x, blockDim.x);
+    } else if (role.c == 0 && threadIdx.x == 0) {
+      out[0].write(0u, 0u, flag);  // ack: this call has started here (earlier reads of the half are done)
+    }
+  }
+  if (v.rank == root) {
+    const uint64_t rootOff = static_cast<uint64_t>(root) * bytes;
+    if (mode == RootedMode::Broadcast) copyShare(output, input, bytes, blockIdx.x, gridDim.x);
+    if (mode == RootedMode::Gather) copyShare(output + rootOff, input, bytes, blockIdx.x, gridDim.x);
+    if (mode == RootedMode::Scatter) copyShare(output, input + rootOff, bytes, blockIdx.x, gridDim.x);
+  }
+  if (!active) return;
+  __syncthreads();
+  const auto* in = reinterpret_cast<const LL16Packet*>(r.inbox(v, role.peer, epoch & 1));
+  const SpinContext ctx = device::channelRef(v, role.peer, 0).semaphore.spin;
+  // A false return (timeout / abort) is recorded by getPackets; the block just finishes.
+  if (dataSender) {
+    if (role.c == 0 && threadIdx.x == 0)
+      device::getPackets(&sAck, in, LL16Packet::kPayloadBytes, flag, 0, 1, ctx);
+  } else {
+    char* dst = output + (mode == RootedMode::Gather ? static_cast<uint64_t>(role.peer) * bytes : 0);
+    const PacketShare s = packetShare(bytes, B, role.c);
+    if (s.len) device::getPackets(dst + s.off, in + s.pk0, s.len, flag, threadIdx.x, blockDim.x, ctx);
+  }
+  __syncthreads();  // every packet read of this block is done before the epoch moves on
+  if (threadIdx.x == 0) ep.advance(role.peer, role.c, B, epoch);
+}
+
+class RootedLL : public Algorithm {
+ public:
+  RootedLL(std::string name, Collective collective, RootedMode mode)
+      : name_(std::move(name)), collective_(collective), mode_(mode) {}
+  std::string name() const override { return name_; }
+  Collective collective() const override { return collective_; }
+
+  void initialize(CommResources& resources) override {
+    const CommDeviceView& v = resources.view();
+    if (v.nRanks < 2) return;
+    for (uint64_t budget : kRootedLLBudgets) {
+      const uint64_t slot =
+          budget / 2 / static_cast<uint64_t>(v.nRanks) / sizeof(LL16Packet) * sizeof(LL16Packet);
+      if (slot < sizeof(LL16Packet)) break;
+      try {
+        region_ = reservePacketRegion(resources, slot);
+        maxBytesPerPeer_ = slot / sizeof(LL16Packet) * LL16Packet::kPayloadBytes;
+        break;
+      } catch (const std::exception&) {
+        // the packet buffer cannot hold this budget; try a smaller one (same outcome on every rank)
+      }
+    }
+    if (maxBytesPerPeer_ == 0) return;
+    epochs_.stride = kLLMaxBlocksPerPeer;
+    epochs_.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * kLLMaxBlocksPerPeer);
+  }
+
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    if (!topo.allPeersIpc) return "needs every peer reachable by CUDA IPC";
+    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    if (topo.nRanks > 1 && bytes > maxBytesPerPeer_) {
+      return detail::concat(bytes, " bytes per peer exceed the LL slot (", maxBytesPerPeer_,
+                            " bytes; MESHCOMM_PACKET_BYTES)");
+    }
+    return {};
+  }
+
+  LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
+    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    return {blocksPerPeer(bytes, kLLThreads, topo) * std::max(1, topo.nRanks - 1), kLLThreads};
+  }
+
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    const CommDeviceView& v = resources.view();
+    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    if (bytes == 0) return;  // equal on every rank; every active pair must carry >= 1 packet each way
+    MESHCOMM_REQUIRE(v.nRanks < 2 || bytes <= maxBytesPerPeer_, "rank ", v.rank, ": ", name_, ": ", bytes,
+                     " bytes per peer exceed the LL slot of ", maxBytesPerPeer_, " bytes");
+    const int nPeers = v.nRanks - 1;
+    const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
+    int B = config.nBlocks > 0 && nPeers > 0 ? config.nBlocks / nPeers
+                                             : blocksPerPeer(bytes, threads, resources.topology());
+    B = std::max(1, std::min(B, kLLMaxBlocksPerPeer));
+    const int grid = nPeers > 0 ? nPeers * B : 1;
+    llRootedKernel<<<grid, threads, 0, args.stream>>>(
+        v, region_, epochs_, B, static_cast<const char*>(args.input), static_cast<char*>(args.output), bytes,
+        args.root, mode_);
+    MESHCOMM_CUDA_CHECK(cudaGetLastError());
+  }
+
+ private:
+  static int blocksPerPeer(uint64_t bytes, int threads, const CommTopology& topo) {
+    const uint64_t packets = divUp(bytes, LL16Packet::kPayloadBytes);
+    const int want = static_cast<int>(std::min<uint64_t>(
+        kLLMaxBlocksPerPeer, divUp(packets, static_cast<uint64_t>(threads) * kRootedPacketsPerThread)));
+    const int bySm = std::max(1, topo.smCount / std::max(1, topo.nRanks - 1));
+    return std::max(1, std::min(want, bySm));
+  }
+
+  std::string name_;
+  Collective collective_;
+  RootedMode mode_;
+  PacketRegion region_;
+  PairEpochs epochs_;
+  uint64_t maxBytesPerPeer_ = 0;
+};
+
+}  // namespace
+
+std::shared_ptr<Algorithm> makeBroadcastLL() {
+  return std::make_shared<RootedLL>("broadcast_ll", Collective::Broadcast, RootedMode::Broadcast);
+}
+std::shared_ptr<Algorithm> makeGatherLL() {
+  return std::make_shared<RootedLL>("gather_ll", Collective::Gather, RootedMode::Gather);
+}
+std::shared_ptr<Algorithm> makeScatterLL() {
+  return std::make_shared<RootedLL>("scatter_ll", Collective::Scatter, RootedMode::Scatter);
+}
+
+}  // namespace meshcomm::movement
