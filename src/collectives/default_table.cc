@@ -1,6 +1,8 @@
 // The built-in selection table. Thresholds are nccl-tests message sizes (CollectiveArgs::messageBytes).
 // Rules naming algorithms that are not registered are skipped at selection time; the fallback (first
-// supporting algorithm in registration order) covers every collective without a rule.
+// supporting algorithm in registration order) covers every collective without a rule. Crossovers come from
+// meshcomm-tune on 4x H200, bf16 (bench/results/2026-11-21-h200x4-tuned-4K-4M.json); an LL algorithm whose
+// packet region cannot hold a call (larger worlds) declines it and the next matching rule applies.
 #include "collectives/default_table.hpp"
 
 namespace meshcomm {
@@ -8,7 +10,7 @@ namespace meshcomm {
 const char* defaultSelectionTable() {
   return R"json({"rules": [
   {"collective": "allreduce", "max_bytes": 262144, "algorithm": "allreduce_oneshot_ll"},
-  {"collective": "allreduce", "max_bytes": 2097152, "algorithm": "allreduce_twoshot_ll"},
+  {"collective": "allreduce", "max_bytes": 524288, "algorithm": "allreduce_twoshot_ll"},
   {"collective": "allreduce", "algorithm": "allreduce_rsag"},
   {"collective": "reduce_scatter", "max_bytes": 262144, "algorithm": "reduce_scatter_ll"},
   {"collective": "reduce_scatter", "algorithm": "reduce_scatter_scratch"},
@@ -16,14 +18,15 @@ const char* defaultSelectionTable() {
   {"collective": "reduce", "algorithm": "reduce_scratch"},
   {"collective": "allgather", "max_bytes": 262144, "algorithm": "allgather_ll"},
   {"collective": "allgather", "algorithm": "allgather_scratch"},
-  {"collective": "alltoall", "max_bytes": 32768, "algorithm": "alltoall_ll"},
+  {"collective": "alltoall", "max_bytes": 524288, "algorithm": "alltoall_ll"},
   {"collective": "alltoall", "algorithm": "alltoall_scratch"},
   {"collective": "broadcast", "max_bytes": 65536, "algorithm": "broadcast_ll"},
   {"collective": "broadcast", "max_bytes": 1048576, "algorithm": "broadcast_scratch"},
+  {"collective": "broadcast", "max_bytes": 2097152, "algorithm": "broadcast_sag"},
   {"collective": "broadcast", "algorithm": "broadcast_pipe"},
-  {"collective": "gather", "max_bytes": 65536, "algorithm": "gather_ll"},
+  {"collective": "gather", "max_bytes": 262144, "algorithm": "gather_ll"},
   {"collective": "gather", "algorithm": "gather_scratch"},
-  {"collective": "scatter", "max_bytes": 65536, "algorithm": "scatter_ll"},
+  {"collective": "scatter", "max_bytes": 262144, "algorithm": "scatter_ll"},
   {"collective": "scatter", "algorithm": "scatter_scratch"}
 ]})json";
 }
