@@ -14,9 +14,10 @@
 //   reduce_scatter, alltoall, alltoallv, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1.
 // * time: per size, warm-up iterations (-w, untimed), a bootstrap barrier, then -n iterations launched back
 //   to back without host synchronisation (eager), or the same -n iterations captured once into a CUDA graph
-//   whose one untimed launch precedes one timed launch (-G, or sizes <= --graph-max); host steady clock from
-//   the first launch to the stream's completion, divided by -n. The printed time is the AVERAGE over ranks
-//   (nccl-tests -a 1).
+//   whose one untimed launch precedes the timed launches (-G, or sizes <= --graph-max); host steady clock
+//   from the first launch to the stream's completion, divided by -n; this is repeated 5 times (each after a
+//   host barrier) and the median kept. The printed time is the AVERAGE over ranks of that median (nccl-tests
+//   -a 1).
 // * buffers rotate: iteration k uses offset (k mod slots) * slot inside pools as large as the largest size,
 //   so small sizes do not run out of cache (as nccl-tests).
 // * #wrong (-c 1): after timing, fresh inputs, one call, wrong elements summed over ranks (exact values
@@ -830,7 +831,9 @@ class Bench {
     return s / n_;
   }
 
-  // Times `launch(call k)` per nccl-tests: warm-up, barrier, -n iterations (eager or one graph), average.
+  // Times `launch(call k)` per nccl-tests: warm-up, barrier, -n iterations (eager or one graph), average; the
+  // median of kTimedRepeats such timings.
+  static constexpr int kTimedRepeats = 5;
   double timeOp(const std::function<void(int)>& launch, bool graph) {
     for (int k = 0; k < o_.warmup; ++k) launch(k);
     MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -854,16 +857,24 @@ class Bench {
       MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // untimed replay
       MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
-    comm_.communicator().bootstrap().barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    if (graph) {
-      MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-    } else {
-      for (int k = 0; k < o_.iters; ++k) launch(k);
+    // kTimedRepeats timed repeats, each aligned by a host barrier; the median resists one-off stalls (a
+    // single timed launch let one hiccup of either library decide a whole row).
+    std::vector<double> repeats;
+    for (int r = 0; r < kTimedRepeats; ++r) {
+      comm_.communicator().bootstrap().barrier();
+      const auto t0 = std::chrono::steady_clock::now();
+      if (graph) {
+        MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+      } else {
+        for (int k = 0; k < o_.iters; ++k) launch(k);
+      }
+      MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      repeats.push_back(
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          o_.iters);
     }
-    MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o_.iters;
+    std::nth_element(repeats.begin(), repeats.begin() + kTimedRepeats / 2, repeats.end());
+    const double us = repeats[kTimedRepeats / 2];
     if (exec) cudaGraphExecDestroy(exec);
     comm_.checkError();
     return averageOverRanks(us);
