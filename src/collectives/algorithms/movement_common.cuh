@@ -123,6 +123,37 @@ inline PacketRegion reservePacketRegion(CommResources& resources, uint64_t slotB
   return r;
 }
 
+// An LL algorithm's state: its packet region (the largest of `budgets` the packet buffer still holds) and
+// per-pair epoch words. maxBytesPerPeer stays 0 when no budget fits (or n < 2): the algorithm then declines.
+struct LLRegionState {
+  PacketRegion region;
+  PairEpochs epochs;
+  uint64_t maxBytesPerPeer = 0;
+};
+
+template <size_t N>
+LLRegionState reserveLLRegion(CommResources& resources, const uint64_t (&budgets)[N]) {
+  LLRegionState st;
+  const CommDeviceView& v = resources.view();
+  if (v.nRanks < 2) return st;
+  for (uint64_t budget : budgets) {
+    const uint64_t slot =
+        budget / 2 / static_cast<uint64_t>(v.nRanks) / sizeof(LL16Packet) * sizeof(LL16Packet);
+    if (slot < sizeof(LL16Packet)) break;
+    try {
+      st.region = reservePacketRegion(resources, slot);
+      st.maxBytesPerPeer = slot / sizeof(LL16Packet) * LL16Packet::kPayloadBytes;
+      break;
+    } catch (const std::exception&) {
+      // the packet buffer cannot hold this budget; try a smaller one (same outcome on every rank)
+    }
+  }
+  if (st.maxBytesPerPeer == 0) return st;
+  st.epochs.stride = kLLMaxBlocksPerPeer;
+  st.epochs.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * kLLMaxBlocksPerPeer);
+  return st;
+}
+
 // ---- block roles ----------------------------------------------------------------------------------------
 // Blocks [0, nPeers*B) serve peers: block b serves peerAt(b / B) with block-local index (= channel) b % B,
 // so every peer is in flight at once and ranks start on different peers. Other blocks serve none.
@@ -629,23 +660,10 @@ class LLExchangeAlgorithm : public Algorithm {
   Collective collective() const override { return collective_; }
 
   void initialize(CommResources& resources) override {
-    const CommDeviceView& v = resources.view();
-    if (v.nRanks < 2) return;
-    for (uint64_t budget : kLLRegionBudgets) {
-      const uint64_t slot =
-          budget / 2 / static_cast<uint64_t>(v.nRanks) / sizeof(LL16Packet) * sizeof(LL16Packet);
-      if (slot < sizeof(LL16Packet)) break;
-      try {
-        region_ = reservePacketRegion(resources, slot);
-        maxBytesPerPeer_ = slot / sizeof(LL16Packet) * LL16Packet::kPayloadBytes;
-        break;
-      } catch (const std::exception&) {
-        // the packet buffer cannot hold this budget; try a smaller one (same outcome on every rank)
-      }
-    }
-    if (maxBytesPerPeer_ == 0) return;
-    epochs_.stride = kLLMaxBlocksPerPeer;
-    epochs_.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * kLLMaxBlocksPerPeer);
+    LLRegionState st = reserveLLRegion(resources, kLLRegionBudgets);
+    region_ = st.region;
+    epochs_ = st.epochs;
+    maxBytesPerPeer_ = st.maxBytesPerPeer;
   }
 
   // Largest count*dtypeSize this algorithm takes on this communicator (0 before initialize or if the

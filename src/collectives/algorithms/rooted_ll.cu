@@ -88,23 +88,10 @@ class RootedLL : public Algorithm {
   Collective collective() const override { return collective_; }
 
   void initialize(CommResources& resources) override {
-    const CommDeviceView& v = resources.view();
-    if (v.nRanks < 2) return;
-    for (uint64_t budget : kRootedLLBudgets) {
-      const uint64_t slot =
-          budget / 2 / static_cast<uint64_t>(v.nRanks) / sizeof(LL16Packet) * sizeof(LL16Packet);
-      if (slot < sizeof(LL16Packet)) break;
-      try {
-        region_ = reservePacketRegion(resources, slot);
-        maxBytesPerPeer_ = slot / sizeof(LL16Packet) * LL16Packet::kPayloadBytes;
-        break;
-      } catch (const std::exception&) {
-        // the packet buffer cannot hold this budget; try a smaller one (same outcome on every rank)
-      }
-    }
-    if (maxBytesPerPeer_ == 0) return;
-    epochs_.stride = kLLMaxBlocksPerPeer;
-    epochs_.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * kLLMaxBlocksPerPeer);
+    LLRegionState st = reserveLLRegion(resources, kRootedLLBudgets);
+    region_ = st.region;
+    epochs_ = st.epochs;
+    maxBytesPerPeer_ = st.maxBytesPerPeer;
   }
 
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
