@@ -154,6 +154,19 @@ LLRegionState reserveLLRegion(CommResources& resources, const uint64_t (&budgets
   return st;
 }
 
+// Why an LL algorithm whose slot carries `maxBytesPerPeer` cannot run `args` (count elements per peer), or
+// "".
+inline std::string llUnsupportedReason(const CollectiveArgs& args, const CommTopology& topo,
+                                       uint64_t maxBytesPerPeer) {
+  if (!topo.allPeersIpc) return "needs every peer reachable by CUDA IPC";
+  const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+  if (topo.nRanks > 1 && bytes > maxBytesPerPeer) {
+    return detail::concat(bytes, " bytes per peer exceed the LL slot (", maxBytesPerPeer,
+                          " bytes; MESHCOMM_PACKET_BYTES)");
+  }
+  return {};
+}
+
 // ---- block roles ----------------------------------------------------------------------------------------
 // Blocks [0, nPeers*B) serve peers: block b serves peerAt(b / B) with block-local index (= channel) b % B,
 // so every peer is in flight at once and ranks start on different peers. Other blocks serve none.
@@ -671,13 +684,7 @@ class LLExchangeAlgorithm : public Algorithm {
   uint64_t maxBytesPerPeer() const { return maxBytesPerPeer_; }
 
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
-    if (!topo.allPeersIpc) return "needs every peer reachable by CUDA IPC";
-    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    if (topo.nRanks > 1 && bytes > maxBytesPerPeer_) {
-      return detail::concat(bytes, " bytes per peer exceed the LL slot (", maxBytesPerPeer_,
-                            " bytes; MESHCOMM_PACKET_BYTES)");
-    }
-    return {};
+    return llUnsupportedReason(args, topo, maxBytesPerPeer_);
   }
 
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {

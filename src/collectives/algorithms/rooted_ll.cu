@@ -95,13 +95,7 @@ class RootedLL : public Algorithm {
   }
 
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
-    if (!topo.allPeersIpc) return "needs every peer reachable by CUDA IPC";
-    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    if (topo.nRanks > 1 && bytes > maxBytesPerPeer_) {
-      return detail::concat(bytes, " bytes per peer exceed the LL slot (", maxBytesPerPeer_,
-                            " bytes; MESHCOMM_PACKET_BYTES)");
-    }
-    return {};
+    return llUnsupportedReason(args, topo, maxBytesPerPeer_);
   }
 
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
