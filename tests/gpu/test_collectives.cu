@@ -436,6 +436,22 @@ bool Collectives::runCase(const Case& c, GuardedBuffer& send, GuardedBuffer& rec
 // Dtype x op x count matrices
 // ---------------------------------------------------------------------------------------------------------
 
+// One case of the matrices: half of the cases at unaligned element offsets (1..15, independently for send
+// and recv), the root rotating with the case index, null buffers on non-roots half the time, a fresh seed.
+Case randomCase(Collective coll, DataType t, uint64_t count, bool inPlace, size_t index, int n, Rng& rng) {
+  Case c;
+  c.coll = coll;
+  c.dtype = t;
+  c.count = count;
+  c.inPlace = inPlace;
+  c.sendOff = rng.next() % 2 ? 0 : static_cast<uint32_t>(rng.uniform(1, 15));
+  c.recvOff = rng.next() % 2 ? 0 : static_cast<uint32_t>(rng.uniform(1, 15));
+  c.root = static_cast<int>(index % n);
+  c.nullOnNonRoot = rng.next() % 2;
+  c.seed = rng.next();
+  return c;
+}
+
 std::vector<Case> reductionMatrix(Collective coll, uint64_t testSeed, int n) {
   std::vector<Case> cases;
   Rng rng(testSeed);
@@ -443,18 +459,8 @@ std::vector<Case> reductionMatrix(Collective coll, uint64_t testSeed, int n) {
     for (const RedCase& rc : kRedCases)
       for (uint64_t count : matrixCounts())
         for (bool inPlace : {false, true}) {
-          Case c;
-          c.coll = coll;
-          c.dtype = t;
+          Case c = randomCase(coll, t, count, inPlace, cases.size(), n, rng);
           c.red = rc;
-          c.count = count;
-          c.inPlace = inPlace;
-          // Half of the cases at unaligned element offsets (1..15), independently for send and recv.
-          c.sendOff = rng.next() % 2 ? 0 : static_cast<uint32_t>(rng.uniform(1, 15));
-          c.recvOff = rng.next() % 2 ? 0 : static_cast<uint32_t>(rng.uniform(1, 15));
-          c.root = static_cast<int>(cases.size() % n);
-          c.nullOnNonRoot = rng.next() % 2;
-          c.seed = rng.next();
           cases.push_back(c);
         }
   return cases;
@@ -494,17 +500,7 @@ TEST_F(Collectives, DataMovementEveryDtypeCount) {
       for (uint64_t count : matrixCounts())
         for (bool inPlace : {false, true}) {
           if (inPlace && coll == Collective::AllToAll) continue;  // in-place alltoall is not part of the API
-          Case c;
-          c.coll = coll;
-          c.dtype = t;
-          c.count = count;
-          c.inPlace = inPlace;
-          c.sendOff = rng.next() % 2 ? 0 : static_cast<uint32_t>(rng.uniform(1, 15));
-          c.recvOff = rng.next() % 2 ? 0 : static_cast<uint32_t>(rng.uniform(1, 15));
-          c.root = static_cast<int>(cases.size() % n);
-          c.nullOnNonRoot = rng.next() % 2;
-          c.seed = rng.next();
-          cases.push_back(c);
+          cases.push_back(randomCase(coll, t, count, inPlace, cases.size(), n, rng));
         }
   const uint64_t cap = caseCapacity(Collective::AllGather, matrixCounts().back(), DataType::F64, n);
   auto& send = keep<GuardedBuffer>(cap);
