@@ -43,17 +43,13 @@ void LLExchangeAlgorithm::launch(CommResources& resources, const CollectiveArgs&
   const CommDeviceView& v = resources.view();
   const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
   if (bytes == 0) return;  // equal on every rank; an LL call must carry at least one packet per pair
-  MESHCOMM_REQUIRE(v.nRanks < 2 || bytes <= maxBytesPerPeer_, "rank ", v.rank, ": ", name_, ": ", bytes,
-                   " bytes per peer exceed the LL slot of ", maxBytesPerPeer_, " bytes");
-  const int nPeers = v.nRanks - 1;
+  requireFitsLLSlot(v, name_, bytes, maxBytesPerPeer_);
   const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
-  int B = config.nBlocks > 0 && nPeers > 0 ? config.nBlocks / nPeers
-                                           : llBlocksPerPeer(bytes, threads, resources.topology());
-  B = std::max(1, std::min(B, kLLMaxBlocksPerPeer));
-  const int grid = nPeers > 0 ? nPeers * B : 1;
-  llExchangeKernel<<<grid, threads, 0, args.stream>>>(
-      v, region_, epochs_, B, static_cast<const char*>(args.input), static_cast<char*>(args.output), bytes,
-      srcStrided_ ? bytes : 0, bytes);
+  const LLGrid g =
+      llGrid(config, v.nRanks, llBlocksPerPeer(bytes, threads, kLLPacketsPerThread, resources.topology()));
+  llExchangeKernel<<<g.blocks, threads, 0, args.stream>>>(
+      v, region_, epochs_, g.blocksPerPeer, static_cast<const char*>(args.input),
+      static_cast<char*>(args.output), bytes, srcStrided_ ? bytes : 0, bytes);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -167,6 +167,36 @@ inline std::string llUnsupportedReason(const CollectiveArgs& args, const CommTop
   return {};
 }
 
+// Default LL blocks per peer: enough for `packetsPerThread` packets per thread, at most kLLMaxBlocksPerPeer
+// and the SMs' share of one peer.
+inline int llBlocksPerPeer(uint64_t bytes, int threads, int packetsPerThread, const CommTopology& topo) {
+  const uint64_t packets = divUp(bytes, LL16Packet::kPayloadBytes);
+  const int want = static_cast<int>(std::min<uint64_t>(
+      kLLMaxBlocksPerPeer, divUp(packets, static_cast<uint64_t>(threads) * packetsPerThread)));
+  const int bySm = std::max(1, topo.smCount / std::max(1, topo.nRanks - 1));
+  return std::max(1, std::min(want, bySm));
+}
+
+// The grid of an LL launch: the caller's block count split over the peers, else `defaultPerPeer`, clamped to
+// [1, kLLMaxBlocksPerPeer] blocks per peer. Identical on every rank (depends on call arguments only).
+struct LLGrid {
+  int blocksPerPeer;
+  int blocks;
+};
+inline LLGrid llGrid(const LaunchConfig& config, int nRanks, int defaultPerPeer) {
+  const int nPeers = nRanks - 1;
+  int b = config.nBlocks > 0 && nPeers > 0 ? config.nBlocks / nPeers : defaultPerPeer;
+  b = std::max(1, std::min(b, kLLMaxBlocksPerPeer));
+  return {b, nPeers > 0 ? nPeers * b : 1};
+}
+
+// Host check before an LL launch (the selector already declines larger calls; this guards forced ones).
+inline void requireFitsLLSlot(const CommDeviceView& v, const std::string& name, uint64_t bytes,
+                              uint64_t maxBytesPerPeer) {
+  MESHCOMM_REQUIRE(v.nRanks < 2 || bytes <= maxBytesPerPeer, "rank ", v.rank, ": ", name, ": ", bytes,
+                   " bytes per peer exceed the LL slot of ", maxBytesPerPeer, " bytes");
+}
+
 // ---- block roles ----------------------------------------------------------------------------------------
 // Blocks [0, nPeers*B) serve peers: block b serves peerAt(b / B) with block-local index (= channel) b % B,
 // so every peer is in flight at once and ranks start on different peers. Other blocks serve none.
@@ -689,21 +719,14 @@ class LLExchangeAlgorithm : public Algorithm {
 
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    return {llBlocksPerPeer(bytes, kLLThreads, topo) * std::max(1, topo.nRanks - 1), kLLThreads};
+    return {llBlocksPerPeer(bytes, kLLThreads, kLLPacketsPerThread, topo) * std::max(1, topo.nRanks - 1),
+            kLLThreads};
   }
 
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void* context) override;
 
  private:
-  static int llBlocksPerPeer(uint64_t bytes, int threads, const CommTopology& topo) {
-    const uint64_t packets = divUp(bytes, LL16Packet::kPayloadBytes);
-    const int want = static_cast<int>(std::min<uint64_t>(
-        kLLMaxBlocksPerPeer, divUp(packets, static_cast<uint64_t>(threads) * kLLPacketsPerThread)));
-    const int bySm = std::max(1, topo.smCount / std::max(1, topo.nRanks - 1));
-    return std::max(1, std::min(want, bySm));
-  }
-
   std::string name_;
   Collective collective_;
   bool srcStrided_;

@@ -100,7 +100,8 @@ class RootedLL : public Algorithm {
 
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    return {blocksPerPeer(bytes, kLLThreads, topo) * std::max(1, topo.nRanks - 1), kLLThreads};
+    return {llBlocksPerPeer(bytes, kLLThreads, kRootedPacketsPerThread, topo) * std::max(1, topo.nRanks - 1),
+            kLLThreads};
   }
 
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
@@ -108,29 +109,17 @@ class RootedLL : public Algorithm {
     const CommDeviceView& v = resources.view();
     const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
     if (bytes == 0) return;  // equal on every rank; every active pair must carry >= 1 packet each way
-    MESHCOMM_REQUIRE(v.nRanks < 2 || bytes <= maxBytesPerPeer_, "rank ", v.rank, ": ", name_, ": ", bytes,
-                     " bytes per peer exceed the LL slot of ", maxBytesPerPeer_, " bytes");
-    const int nPeers = v.nRanks - 1;
+    requireFitsLLSlot(v, name_, bytes, maxBytesPerPeer_);
     const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
-    int B = config.nBlocks > 0 && nPeers > 0 ? config.nBlocks / nPeers
-                                             : blocksPerPeer(bytes, threads, resources.topology());
-    B = std::max(1, std::min(B, kLLMaxBlocksPerPeer));
-    const int grid = nPeers > 0 ? nPeers * B : 1;
-    llRootedKernel<<<grid, threads, 0, args.stream>>>(
-        v, region_, epochs_, B, static_cast<const char*>(args.input), static_cast<char*>(args.output), bytes,
-        args.root, mode_);
+    const LLGrid g = llGrid(config, v.nRanks,
+                            llBlocksPerPeer(bytes, threads, kRootedPacketsPerThread, resources.topology()));
+    llRootedKernel<<<g.blocks, threads, 0, args.stream>>>(
+        v, region_, epochs_, g.blocksPerPeer, static_cast<const char*>(args.input),
+        static_cast<char*>(args.output), bytes, args.root, mode_);
     MESHCOMM_CUDA_CHECK(cudaGetLastError());
   }
 
  private:
-  static int blocksPerPeer(uint64_t bytes, int threads, const CommTopology& topo) {
-    const uint64_t packets = divUp(bytes, LL16Packet::kPayloadBytes);
-    const int want = static_cast<int>(std::min<uint64_t>(
-        kLLMaxBlocksPerPeer, divUp(packets, static_cast<uint64_t>(threads) * kRootedPacketsPerThread)));
-    const int bySm = std::max(1, topo.smCount / std::max(1, topo.nRanks - 1));
-    return std::max(1, std::min(want, bySm));
-  }
-
   std::string name_;
   Collective collective_;
   RootedMode mode_;
