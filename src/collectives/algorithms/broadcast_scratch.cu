@@ -80,20 +80,11 @@ class BroadcastSag : public EngineAlgorithm {
   }
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void*) override {
-    BcastScatterPlan scatter;
-    scatter.input = const_cast<char*>(static_cast<const char*>(args.input));
-    scatter.output = static_cast<char*>(args.output);
-    scatter.bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    scatter.root = args.root;
+    const auto scatter = planFromArgs<BcastScatterPlan>(args);
     if (scatter.bytes == 0) return;  // equal on every rank
     launchEngine(resources, args, config, scatter);
     if (resources.view().nRanks <= 2) return;  // one non-root: it has the whole message already
-    BcastForwardPlan forward;
-    forward.input = scatter.input;
-    forward.output = scatter.output;
-    forward.bytes = scatter.bytes;
-    forward.root = scatter.root;
-    launchEngine(resources, args, config, forward);
+    launchEngine(resources, args, config, planFromArgs<BcastForwardPlan>(args));
   }
 };
 
@@ -175,11 +166,7 @@ class BroadcastPipe : public EngineAlgorithm {
   }
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void*) override {
-    BcastPipePlan plan;
-    plan.input = const_cast<char*>(static_cast<const char*>(args.input));
-    plan.output = static_cast<char*>(args.output);
-    plan.bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    plan.root = args.root;
+    auto plan = planFromArgs<BcastPipePlan>(args);
     plan.link = link_;
     if (plan.bytes == 0) return;  // equal on every rank
     launchEngine(resources, args, config, plan);

@@ -197,6 +197,17 @@ inline void requireFitsLLSlot(const CommDeviceView& v, const std::string& name, 
                    " bytes per peer exceed the LL slot of ", maxBytesPerPeer, " bytes");
 }
 
+// A rooted/pairwise engine plan's common fields from a call: buffers, bytes per rank (count elements), root.
+template <typename Plan>
+Plan planFromArgs(const CollectiveArgs& args) {
+  Plan plan;
+  plan.input = const_cast<char*>(static_cast<const char*>(args.input));
+  plan.output = static_cast<char*>(args.output);
+  plan.bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+  plan.root = args.root;
+  return plan;
+}
+
 // ---- block roles ----------------------------------------------------------------------------------------
 // Blocks [0, nPeers*B) serve peers: block b serves peerAt(b / B) with block-local index (= channel) b % B,
 // so every peer is in flight at once and ranks start on different peers. Other blocks serve none.
@@ -747,11 +758,7 @@ class SimpleEngineAlgorithm : public EngineAlgorithm {
 #if defined(__CUDACC__)
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void*) override {
-    Plan plan;
-    plan.input = const_cast<char*>(static_cast<const char*>(args.input));
-    plan.output = static_cast<char*>(args.output);
-    plan.bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    plan.root = args.root;
+    const Plan plan = planFromArgs<Plan>(args);
     if (plan.bytes == 0) return;  // equal on every rank
     this->launchEngine(resources, args, config, plan);
   }
