@@ -272,6 +272,18 @@ bool Collectives::runCase(const Case& c, GuardedBuffer& send, GuardedBuffer& rec
       return [g, rc, base](uint64_t i) { return reduceExpected(g, rc, base + i); };
     };
 
+    // In place where the input is the whole n*cnt buffer and this rank's output is its own chunk of it
+    // (reduce_scatter; scatter on the root): the other chunks must keep the input.
+    auto ownChunkOfWholeInPlace = [&] {
+      sendArg = recvPtr;
+      recvArg = recvPtr + me * cnt * es;
+      fillGenerated(s, recvPtr, n * cnt, g, me);
+      regionElems = n * cnt;
+      cmpPtr = recvArg;
+      keepsInput.push_back({recvPtr, me * cnt, 0});
+      keepsInput.push_back({recvArg + cnt * es, (n - me - 1) * cnt, (me + 1) * cnt});
+    };
+
     if (c.inPlace) {
       sendUsed = false;
       switch (c.coll) {
@@ -290,13 +302,7 @@ bool Collectives::runCase(const Case& c, GuardedBuffer& send, GuardedBuffer& rec
           }
           break;
         case Collective::ReduceScatter:
-          sendArg = recvPtr;
-          recvArg = recvPtr + me * cnt * es;
-          fillGenerated(s, recvPtr, n * cnt, g, me);
-          regionElems = n * cnt;
-          cmpPtr = recvArg;
-          keepsInput.push_back({recvPtr, me * cnt, 0});
-          keepsInput.push_back({recvArg + cnt * es, (n - me - 1) * cnt, (me + 1) * cnt});
+          ownChunkOfWholeInPlace();
           break;
         case Collective::AllGather:
           sendArg = recvPtr + me * cnt * es;
@@ -315,13 +321,7 @@ bool Collectives::runCase(const Case& c, GuardedBuffer& send, GuardedBuffer& rec
           break;
         case Collective::Scatter:
           if (isRoot) {
-            sendArg = recvPtr;
-            recvArg = recvPtr + me * cnt * es;
-            fillGenerated(s, recvPtr, n * cnt, g, me);
-            regionElems = n * cnt;
-            cmpPtr = recvArg;
-            keepsInput.push_back({recvPtr, me * cnt, 0});
-            keepsInput.push_back({recvArg + cnt * es, (n - me - 1) * cnt, (me + 1) * cnt});
+            ownChunkOfWholeInPlace();
           } else {
             sendArg = nullptr;
             sendUsed = false;
