@@ -4,14 +4,14 @@
 #   scripts/gpu-check.sh OUT_DIR
 #
 # Steps: environment and topology -> configure + build (Release, all cores) -> CPU unit tests -> GPU tests
-# with 2 ranks (core tests; the collective suite too when the host has only 2 GPUs) and with all GPUs
-# (everything, collective correctness suite included) -> the killed-rank test (MESHCOMM_TEST_EXPECT_KILL
-# mode) -> the ping-pong example -> meshcomm-channel-bench on 2 GPUs (--json) -> meshcomm-bench -o all vs
-# NCCL on all GPUs (--json). A failed step is recorded and the script goes on; it exits 1 at the end if any
+# with 2 ranks and with all GPUs (everything, the collective suite included, each time) -> the killed-rank
+# test (MESHCOMM_TEST_EXPECT_KILL mode) -> the ping-pong example -> meshcomm-channel-bench on 2 GPUs (--json)
+# -> meshcomm-bench -o all vs NCCL on all GPUs and on 2 GPUs (--json). A failed step is recorded and the script goes on; it exits 1 at the end if any
 # step failed. OUT_DIR receives at most 8 files:
-#   env.log build.log (configure, build, CPU unit tests) gpu2.log gpuN.log
-#   extra.log (failure test, example, both benchmarks' output) bench.json (channel bench)
-#   coll_bench.json (collective bench) summary.md (step table + benchmark tables; printed at the end)
+#   build.log (environment, configure, build, CPU unit tests) gpu2.log gpuN.log
+#   extra.log (failure test, example, the benchmarks' output) bench.json (channel bench)
+#   coll_bench.json (collective bench, all GPUs) coll_bench2.json (collective bench, 2 GPUs, when there are
+#   more) summary.md (step table + benchmark tables; printed at the end)
 # Runtime budget (4x H200): build ~2-3 min, GPU tests ~1 min (2 ranks) + ~3 min (all GPUs), channel bench
 # ~1 min, collective bench ~1-2 min.
 # Environment: BUILD_DIR (default REPO/build), JOBS (default: all cores), PREBUILT=1 (use the binaries
@@ -92,10 +92,10 @@ result_of() {
   cmake --version 2>&1 | head -1 || true
   ninja --version 2>&1 || true
   c++ --version 2>&1 | head -1 || true
-} >"$OUT/env.log" 2>&1
+} >"$OUT/build.log" 2>&1
 NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
 NGPUS=${NGPUS:-0}
-record environment PASS 0 "$NGPUS GPU(s); see env.log"
+record environment PASS 0 "$NGPUS GPU(s); see build.log"
 
 # ---- 2. configure + build ------------------------------------------------------------------------------
 GTEST_ARG=()
@@ -103,7 +103,6 @@ if [[ -d $REPO/.deps/googletest ]]; then
   # Used by CMake only when no installed GTest is found.
   GTEST_ARG=(-DMESHCOMM_GTEST_SOURCE_DIR="$REPO/.deps/googletest")
 fi
-: >"$OUT/build.log"
 BUILT=0
 if [[ ${PREBUILT:-0} == 1 ]]; then
   if [[ -x $GPU_TESTS && -f $BUILD/libmeshcomm.so ]]; then
@@ -183,13 +182,12 @@ gpu_step() {
 }
 
 # ---- 4. GPU tests: 2 ranks, then all GPUs --------------------------------------------------------------
-# The collective suite (tests/gpu/test_collectives.cu, ~3 min) runs once: with all GPUs where there are
-# more than 2, else in the 2-rank run.
+# Everything (the collective suite tests/gpu/test_collectives.cu included, ~1 min) on 2 ranks, then on all
+# GPUs where there are more than 2.
+gpu_step gpu-tests-2 "$OUT/gpu2.log" 2 420
 if [[ $NGPUS -gt 2 ]]; then
-  gpu_step gpu-tests-2 "$OUT/gpu2.log" 2 300 --gtest_filter='-Collectives.*'
   gpu_step "gpu-tests-$NGPUS" "$OUT/gpuN.log" "$NGPUS" 420
 else
-  gpu_step gpu-tests-2 "$OUT/gpu2.log" 2 420
   record gpu-tests-all SKIP 0 "$NGPUS GPU(s): covered by the 2-rank run"
 fi
 
@@ -223,16 +221,23 @@ if [[ $BUILT -eq 1 ]]; then
   fi
 
   # Collectives vs NCCL on all GPUs (NCCL loaded at run time; without it the bench runs meshcomm only).
-  COLL_ARGS=(-o all -d bfloat16 -b 1K -e 1G -f 4 --graph-max 16M -c 1 --json "$OUT/coll_bench.json")
+  COLL_ARGS=(-o all -d bfloat16 -b 1K -e 1G -f 4 --graph-max 16M -c 1)
   if ! nccl_loadable; then
     NCCL_NOTE="libnccl.so.2 not found: meshcomm only"
   else
     COLL_ARGS+=(--compare nccl)
     NCCL_NOTE="vs NCCL"
   fi
-  run_step "$TMP/coll.out" "$RUN" -n "$NGPUS" --timeout 300 -- "$COLL_BENCH" "${COLL_ARGS[@]}"
+  run_step "$TMP/coll.out" "$RUN" -n "$NGPUS" --timeout 300 -- "$COLL_BENCH" "${COLL_ARGS[@]}" \
+    --json "$OUT/coll_bench.json"
   cat "$TMP/coll.out" >>"$OUT/extra.log"
   record coll-bench "$(result_of "$RC")" "$SECS" "meshcomm-bench -o all -n $NGPUS ($NCCL_NOTE)"
+  if [[ $NGPUS -gt 2 ]]; then
+    run_step "$TMP/coll2.out" "$RUN" -n 2 --timeout 300 -- "$COLL_BENCH" "${COLL_ARGS[@]}" \
+      --json "$OUT/coll_bench2.json"
+    cat "$TMP/coll2.out" >>"$OUT/extra.log"
+    record coll-bench-2 "$(result_of "$RC")" "$SECS" "meshcomm-bench -o all -n 2 ($NCCL_NOTE)"
+  fi
 else
   not_built killed-rank
   not_built example-ping-pong
@@ -267,11 +272,12 @@ fi
     sed -n '/^\[0\] test  /,$p' "$TMP/bench.out" | sed 's/^\[0\] //' | grep -v '^\[[0-9]*\]'
     echo '```'
   fi
-  if [[ -s $OUT/coll_bench.json ]]; then
+  for jf in coll_bench.json coll_bench2.json; do
+    [[ -s $OUT/$jf ]] || continue
     echo
-    echo "## meshcomm-bench -o all (bfloat16, all GPUs; ratio = NCCL time / meshcomm time, > 1: meshcomm faster)"
+    echo "## meshcomm-bench -o all ($jf: bfloat16; ratio = NCCL time / meshcomm time, > 1: meshcomm faster)"
     echo
-    python3 - "$OUT/coll_bench.json" <<'PY' || echo "(python3 not available: see coll_bench.json)"
+    python3 - "$OUT/$jf" <<'PY' || echo "(python3 not available: see $jf)"
 import json, sys
 d = json.load(open(sys.argv[1]))
 print(f"{d.get('nranks')} x {d.get('device')}, NCCL {d.get('nccl_version') or 'not compared'}, time = {d.get('time')}")
@@ -292,7 +298,7 @@ for r in d["rows"]:
 print()
 print(f"{flagged} row(s) with ratio < 0.9 (meshcomm more than 10% slower than NCCL)")
 PY
-  fi
+  done
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"
 exit "$ANY_FAIL"

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "meshcomm/algorithm.hpp"
@@ -59,8 +60,14 @@ class CommResources {
   // of calls. Packet regions are of the per-rank packet buffer; a region is also reserved at the same
   // offset in every peer's buffer (it is where this rank's packets to that peer land).
   size_t reservePacketRegion(size_t bytes, size_t alignment = 256);
+  // Bytes of the packet buffer not reserved yet (before alignment).
+  size_t packetBytesFree() const { return view_.packetBytes - packetReserved_; }
   // Zeroed device words (uint64) owned by one algorithm: flags, epochs, counters; never shared.
   uint64_t* allocateDeviceWords(size_t count);
+  // State that several algorithms share (e.g. the pairwise engine's stream buffers and counters): the
+  // first algorithm that asks for `key` in initialize() creates it; it lives as long as the resources and
+  // is destroyed after the device is synchronised, before the buffers are released.
+  std::shared_ptr<void>& sharedState(const std::string& key);
 
  private:
   Communicator& comm_;

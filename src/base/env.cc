@@ -38,9 +38,11 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "it "
        "fails with an error naming rank and peer."},
       {"MESHCOMM_SCRATCH_BYTES", EnvType::Int, "134217728",
-       "Bytes of registered scratch memory per rank that the collectives share (mapped on every peer)."},
-      {"MESHCOMM_PACKET_BYTES", EnvType::Int, "67108864",
-       "Bytes of the registered LL packet buffer per rank; LL algorithms reserve their regions of it."},
+       "Bytes of registered scratch memory per rank that the scratch reduction pipelines share (mapped on "
+       "every peer)."},
+      {"MESHCOMM_PACKET_BYTES", EnvType::Int, "268435456",
+       "Bytes of the registered packet buffer per rank (mapped on every peer): the data-movement engine's "
+       "stream buffers take half, LL algorithms reserve their regions of the rest."},
       {"MESHCOMM_CHANNELS_PER_PEER", EnvType::Int, "128",
        "MemoryChannels (each with its own semaphore pair) the collectives build to every peer."},
       {"MESHCOMM_ALGO_TABLE", EnvType::String, "",

@@ -13,6 +13,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <memory>
+#include <string>
 
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
@@ -118,6 +121,7 @@ struct CommResources::State {
   GpuBuffer devicePeerScratch;
   GpuBuffer devicePeerPackets;
   std::vector<std::unique_ptr<GpuBuffer>> deviceWords;
+  std::map<std::string, std::shared_ptr<void>> shared;
 };
 
 namespace {
@@ -267,6 +271,7 @@ CommResources::~CommResources() {
   }
   // Release in the reverse order of construction.
   State& s = *state_;
+  s.shared.clear();
   s.deviceWords.clear();
   s.devicePeerPackets = GpuBuffer();
   s.devicePeerScratch = GpuBuffer();
@@ -299,6 +304,10 @@ uint64_t* CommResources::allocateDeviceWords(size_t count) {
   CudaDeviceGuard guard(comm_.cudaDevice());
   state_->deviceWords.push_back(std::make_unique<GpuBuffer>(count * sizeof(uint64_t)));
   return static_cast<uint64_t*>(state_->deviceWords.back()->data());
+}
+
+std::shared_ptr<void>& CommResources::sharedState(const std::string& key) {
+  return state_->shared[key];
 }
 
 }  // namespace meshcomm

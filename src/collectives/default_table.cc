@@ -3,31 +3,38 @@
 // supporting algorithm in registration order) covers every collective without a rule. Crossovers come from
 // meshcomm-tune on 4x H200, bf16 (bench/results/2026-11-21-h200x4-tuned-4K-4M.json); an LL algorithm whose
 // packet region cannot hold a call (larger worlds) declines it and the next matching rule applies.
+// alltoallv and sendrecv rules cannot bound the size (each rank sees its own): sendrecv_ll and alltoallv_ll
+// choose LL or the pairwise engine per pair inside one algorithm (ll_stream.hpp); alltoallv_ll declines
+// device-side counts, which then go to alltoallv_scratch.
 #include "collectives/default_table.hpp"
 
 namespace meshcomm {
 
 const char* defaultSelectionTable() {
   return R"json({"rules": [
-  {"collective": "allreduce", "max_bytes": 262144, "algorithm": "allreduce_oneshot_ll"},
+  {"collective": "allreduce", "max_bytes": 131072, "algorithm": "allreduce_oneshot_ll"},
   {"collective": "allreduce", "max_bytes": 524288, "algorithm": "allreduce_twoshot_ll"},
   {"collective": "allreduce", "algorithm": "allreduce_rsag"},
   {"collective": "reduce_scatter", "max_bytes": 262144, "algorithm": "reduce_scatter_ll"},
   {"collective": "reduce_scatter", "algorithm": "reduce_scatter_scratch"},
   {"collective": "reduce", "max_bytes": 262144, "algorithm": "reduce_ll"},
-  {"collective": "reduce", "algorithm": "reduce_scratch"},
+  {"collective": "reduce", "algorithm": "reduce_chain"},
   {"collective": "allgather", "max_bytes": 262144, "algorithm": "allgather_ll"},
   {"collective": "allgather", "algorithm": "allgather_scratch"},
   {"collective": "alltoall", "max_bytes": 524288, "algorithm": "alltoall_ll"},
   {"collective": "alltoall", "algorithm": "alltoall_scratch"},
+  {"collective": "alltoallv", "algorithm": "alltoallv_ll"},
+  {"collective": "alltoallv", "algorithm": "alltoallv_scratch"},
   {"collective": "broadcast", "max_bytes": 65536, "algorithm": "broadcast_ll"},
   {"collective": "broadcast", "max_bytes": 1048576, "algorithm": "broadcast_scratch"},
-  {"collective": "broadcast", "max_bytes": 2097152, "algorithm": "broadcast_sag"},
-  {"collective": "broadcast", "algorithm": "broadcast_pipe"},
+  {"collective": "broadcast", "max_bytes": 16777216, "algorithm": "broadcast_pipe"},
+  {"collective": "broadcast", "algorithm": "broadcast_chain"},
   {"collective": "gather", "max_bytes": 262144, "algorithm": "gather_ll"},
   {"collective": "gather", "algorithm": "gather_scratch"},
   {"collective": "scatter", "max_bytes": 262144, "algorithm": "scatter_ll"},
-  {"collective": "scatter", "algorithm": "scatter_scratch"}
+  {"collective": "scatter", "algorithm": "scatter_scratch"},
+  {"collective": "sendrecv", "algorithm": "sendrecv_ll"},
+  {"collective": "sendrecv", "algorithm": "sendrecv_scratch"}
 ]})json";
 }
 

@@ -28,6 +28,7 @@
 #include "collective_check.hpp"
 #include "gpu_test_env.hpp"
 #include "meshcomm/comm.hpp"
+#include "meshcomm/env.hpp"
 
 namespace meshcomm::test {
 namespace {
@@ -41,6 +42,56 @@ bool longRun() {
 std::unique_ptr<Comm>& commSlot() {
   static std::unique_ptr<Comm> c;
   return c;
+}
+
+// Puts a rule naming `algorithm` first in the Comm's selection table while it lives (every rank does the
+// same at the same point of a test, so all ranks pick it); restores the previous table after. An algorithm
+// that declines a call falls through to the next rule as usual.
+class ScopedAlgorithm {
+ public:
+  ScopedAlgorithm(Comm& comm, Collective c, const std::string& algorithm)
+      : comm_(comm), saved_(comm.selector()) {
+    std::vector<SelectorRule> rules(1);
+    rules[0].collective = c;
+    rules[0].algorithm = algorithm;
+    rules.insert(rules.end(), saved_.rules().begin(), saved_.rules().end());
+    comm.setSelector(Selector(std::move(rules)));
+  }
+  ~ScopedAlgorithm() { comm_.setSelector(saved_); }
+  ScopedAlgorithm(const ScopedAlgorithm&) = delete;
+  ScopedAlgorithm& operator=(const ScopedAlgorithm&) = delete;
+
+ private:
+  Comm& comm_;
+  Selector saved_;
+};
+
+// True when the environment overrides the built-in selection (then tests do not check what was picked).
+bool selectionOverridden() {
+  return envRaw("MESHCOMM_ALGO").has_value() || envRaw("MESHCOMM_ALGO_TABLE").has_value();
+}
+
+// The algorithm the Comm picks for one host-counts alltoallv / one send+recv pair (both only look at sizes
+// and pointers), to make sure a test runs what it names.
+std::string selectedAlltoallv(Comm& comm, bool deviceCounts) {
+  const std::vector<size_t> ones(comm.size(), 1);
+  CollectiveArgs a;
+  a.collective = Collective::AllToAllv;
+  a.dtype = DataType::F32;
+  a.input = reinterpret_cast<const void*>(0x1000);
+  a.output = reinterpret_cast<void*>(0x2000);
+  a.sendCounts = a.sendDispls = a.recvCounts = a.recvDispls = ones.data();
+  a.countsLocation = deviceCounts ? CountsLocation::Device : CountsLocation::Host;
+  return comm.select(a).algorithm->name();
+}
+std::string selectedSendRecv(Comm& comm) {
+  const P2POp op{P2POp::Send, 0, reinterpret_cast<void*>(0x1000), 4};
+  CollectiveArgs a;
+  a.collective = Collective::SendRecv;
+  a.dtype = DataType::U8;
+  a.p2pOps = &op;
+  a.numP2POps = 1;
+  return comm.select(a).algorithm->name();
 }
 
 const RedCase kRedCases[] = {
@@ -141,6 +192,14 @@ class Collectives : public GpuTest {
   static void TearDownTestSuite() { commSlot().reset(); }
 
   Comm& cc() const { return *commSlot(); }
+
+  // Destroys and rebuilds the shared Comm (collective: every rank at the same point).
+  void rebuildComm() {
+    commSlot().reset();
+    CommConfig cfg;
+    cfg.cudaDevice = comm().cudaDevice();
+    commSlot() = std::make_unique<Comm>(process().bootstrap, cfg);
+  }
 
   // Ends one case on every rank: shares (ok, hash); returns whether every rank was ok and all hashes agree.
   Agreement agree(bool ok, uint64_t hash) {
@@ -490,6 +549,23 @@ TEST_F(Collectives, ReduceEveryDtypeOpCountRoot) {
   runCases(cases, send, recv);
 }
 
+// The matrices above run what the default table picks (at these sizes: the LL algorithms). Here every
+// registered reduction algorithm is forced in turn over the same dtype x op x count matrix (each supports
+// every size of it).
+TEST_F(Collectives, EveryReductionAlgorithmEveryDtypeOp) {
+  const uint64_t maxCount = matrixCounts().back();
+  auto& send =
+      keep<GuardedBuffer>(caseCapacity(Collective::ReduceScatter, maxCount, DataType::F64, worldSize()));
+  auto& recv = keep<GuardedBuffer>(send.capacity());
+  for (Collective coll : {Collective::AllReduce, Collective::ReduceScatter, Collective::Reduce}) {
+    for (const auto& algo : cc().algorithms().forCollective(coll)) {
+      SCOPED_TRACE(algo->name());
+      ScopedAlgorithm forced(cc(), coll, algo->name());
+      runCases(reductionMatrix(coll, testSeed() + 17, worldSize()), send, recv);
+    }
+  }
+}
+
 TEST_F(Collectives, DataMovementEveryDtypeCount) {
   std::vector<Case> cases;
   Rng rng(testSeed());
@@ -706,27 +782,37 @@ class AllToAllvRunner {
   std::vector<size_t> hostArrays_;
 };
 
+// Host counts run alltoallv_ll (per pair: LL packets up to its capacity, the scratch pipeline above; the
+// wide iterations mix both in one call) and, forced, alltoallv_scratch; device counts run alltoallv_scratch.
 TEST_F(Collectives, AllToAllvRandomSplitsHostAndDeviceCounts) {
   const int n = worldSize(), me = rank();
-  const uint64_t maxCount = 5000;
+  const uint64_t maxCount = 5000, wideCount = 80000;  // wide: up to 640 KB per pair (i64)
   const int iters = longRun() ? 600 : 150;
   Rng rng(testSeed());
   const DataType types[] = {DataType::F32, DataType::BF16, DataType::U8, DataType::I64};
+  const char* modes[] = {"host counts (alltoallv_ll)", "device counts (alltoallv_scratch)",
+                         "host counts (alltoallv_scratch)"};
   std::vector<std::unique_ptr<AllToAllvRunner>> runners;
-  for (DataType t : types) runners.push_back(std::make_unique<AllToAllvRunner>(n, maxCount, t));
+  for (DataType t : types) runners.push_back(std::make_unique<AllToAllvRunner>(n, wideCount, t));
   for (int it = 0; it < iters; ++it) {
     const int ti = it % 4;
-    const bool device = (it / 4) % 2;
+    const int mode = (it / 4) % 3;
+    const bool device = mode == 1;
     const DataType t = types[ti];
     const uint64_t seed = rng.next();
-    const Splits sp = randomSplits(seed, n, me, it % 3 == 0 ? 7 : maxCount);
+    const Splits sp = randomSplits(seed, n, me, it % 3 == 0 ? 7 : it % 5 == 1 ? wideCount : maxCount);
     GenSpec g{t, ValueKind::General, n, seed | 1};
     const uint8_t poison = static_cast<uint8_t>(seed >> 40);
-    const std::string ctx =
-        detail::concat("alltoallv iteration ", it, " ", dataTypeName(t),
-                       device ? " device counts" : " host counts", " (", sp.describe(), ")");
+    const std::string ctx = detail::concat("alltoallv iteration ", it, " ", dataTypeName(t), " ", modes[mode],
+                                           " (", sp.describe(), ")");
     bool ok = true;
     try {
+      std::unique_ptr<ScopedAlgorithm> forced;
+      if (mode == 2)
+        forced = std::make_unique<ScopedAlgorithm>(cc(), Collective::AllToAllv, "alltoallv_scratch");
+      const std::string want = mode == 0 ? "alltoallv_ll" : "alltoallv_scratch";
+      if (!selectionOverridden() && selectedAlltoallv(cc(), device) != want)
+        fail(ctx, detail::concat("selected ", selectedAlltoallv(cc(), device), ", expected ", want));
       runners[ti]->prepare(stream(), sp, g, me, poison);
       runners[ti]->call(cc(), stream(), t, device);
       MESHCOMM_TEST_CHECK_LAUNCH();
@@ -748,7 +834,9 @@ TEST_F(Collectives, AllToAllvRandomSplitsHostAndDeviceCounts) {
 // send/recv groups
 // ---------------------------------------------------------------------------------------------------------
 
-// Slot layout: chunk for/from peer p at p * slot elements; counts from a shared matrix.
+// Slot layout: chunk for/from peer p at p * slot elements; counts from a shared matrix. Every case runs with
+// sendrecv_ll (the default: per pair LL packets up to its capacity, 128 KiB, the scratch pipeline above;
+// maxCount 65536 floats mixes both in one group) and with sendrecv_scratch.
 TEST_F(Collectives, SendRecvGroups) {
   const int n = worldSize(), me = rank();
   const DataType t = DataType::F32;
@@ -759,102 +847,321 @@ TEST_F(Collectives, SendRecvGroups) {
   enum Pattern { Ring, AllPairs, AllPairsWithSelf, SelfOnly, Ungrouped, RingBothDirections };
   const char* names[] = {"ring", "all-pairs", "all-pairs+self", "self", "ungrouped pairs", "ring both ways"};
   int iter = 0;
-  for (int pattern = Ring; pattern <= RingBothDirections; ++pattern) {
-    for (uint64_t maxCount : {1ull, 3ull, 1023ull, 65536ull}) {
-      for (int rep = 0; rep < 3; ++rep, ++iter) {
-        const uint64_t seed = rng.next();
-        Rng r2(seed);
-        // counts[src][dst], zero allowed in all-pairs patterns (zero-size operations still pair up)
-        std::vector<uint64_t> m(n * n);
-        for (auto& v : m) v = (pattern == AllPairs && r2.next() % 5 == 0) ? 0 : r2.uniform(1, maxCount);
-        std::vector<std::pair<int, int>> ops;  // (kind 0 send / 1 recv, peer), in call order
-        const int next = (me + 1) % n, prev = (me + n - 1) % n;
-        switch (pattern) {
-          case Ring:
-            ops = {{0, next}, {1, prev}};
-            break;
-          case RingBothDirections:
-            ops = {{1, next}, {0, prev}, {0, next}, {1, prev}};
-            if (n == 2) ops = {{0, next}, {1, prev}};  // next == prev: one pair
-            break;
-          case AllPairs:
-          case AllPairsWithSelf:
-            for (int p = 0; p < n; ++p) {
-              if (p == me && pattern == AllPairs) continue;
-              ops.push_back({0, p});
-              ops.push_back({1, p});
-            }
-            break;
-          case SelfOnly:
-            ops = {{1, me}, {0, me}};
-            break;
-          case Ungrouped:
-            if ((me ^ 1) < n) {
-              const int partner = me ^ 1;
-              if (me % 2 == 0)
-                ops = {{0, partner}, {1, partner}};
+  for (const char* algo : {"sendrecv_ll", "sendrecv_scratch"}) {
+    ScopedAlgorithm forced(cc(), Collective::SendRecv, algo);
+    if (!selectionOverridden() && selectedSendRecv(cc()) != algo)
+      fail(algo, detail::concat("selected ", selectedSendRecv(cc())));
+    for (int pattern = Ring; pattern <= RingBothDirections; ++pattern) {
+      for (uint64_t maxCount : {1ull, 3ull, 1023ull, 65536ull}) {
+        for (int rep = 0; rep < 3; ++rep, ++iter) {
+          const uint64_t seed = rng.next();
+          Rng r2(seed);
+          // counts[src][dst], zero allowed in all-pairs patterns (zero-size operations still pair up)
+          std::vector<uint64_t> m(n * n);
+          for (auto& v : m) v = (pattern == AllPairs && r2.next() % 5 == 0) ? 0 : r2.uniform(1, maxCount);
+          std::vector<std::pair<int, int>> ops;  // (kind 0 send / 1 recv, peer), in call order
+          const int next = (me + 1) % n, prev = (me + n - 1) % n;
+          switch (pattern) {
+            case Ring:
+              ops = {{0, next}, {1, prev}};
+              break;
+            case RingBothDirections:
+              ops = {{1, next}, {0, prev}, {0, next}, {1, prev}};
+              if (n == 2) ops = {{0, next}, {1, prev}};  // next == prev: one pair
+              break;
+            case AllPairs:
+            case AllPairsWithSelf:
+              for (int p = 0; p < n; ++p) {
+                if (p == me && pattern == AllPairs) continue;
+                ops.push_back({0, p});
+                ops.push_back({1, p});
+              }
+              break;
+            case SelfOnly:
+              ops = {{1, me}, {0, me}};
+              break;
+            case Ungrouped:
+              if ((me ^ 1) < n) {
+                const int partner = me ^ 1;
+                if (me % 2 == 0)
+                  ops = {{0, partner}, {1, partner}};
+                else
+                  ops = {{1, partner}, {0, partner}};
+              }
+              break;
+          }
+          GenSpec g{t, ValueKind::General, n, seed | 1};
+          const uint8_t P = static_cast<uint8_t>(seed >> 32);
+          const std::string ctx =
+              detail::concat(algo, " ", names[pattern], " maxCount ", maxCount, " rep ", rep);
+          bool ok = true;
+          try {
+            send.poison(stream(), static_cast<uint8_t>(~P));
+            recv.poison(stream(), P);
+            for (auto [kind, peer] : ops)
+              if (kind == 0)
+                fillGenerated(stream(), send.at(peer * slot * es), m[me * n + peer], g, me, peer * slot);
+            const bool grouped = pattern != Ungrouped;
+            if (grouped) cc().groupStart();
+            for (auto [kind, peer] : ops) {
+              if (kind == 0)
+                cc().send(send.at(peer * slot * es), m[me * n + peer], t, peer, stream());
               else
-                ops = {{1, partner}, {0, partner}};
+                cc().recv(recv.at(peer * slot * es), m[peer * n + me], t, peer, stream());
             }
-            break;
-        }
-        GenSpec g{t, ValueKind::General, n, seed | 1};
-        const uint8_t P = static_cast<uint8_t>(seed >> 32);
-        const std::string ctx =
-            detail::concat("sendrecv ", names[pattern], " maxCount ", maxCount, " rep ", rep);
-        bool ok = true;
-        try {
-          send.poison(stream(), static_cast<uint8_t>(~P));
-          recv.poison(stream(), P);
-          for (auto [kind, peer] : ops)
-            if (kind == 0)
-              fillGenerated(stream(), send.at(peer * slot * es), m[me * n + peer], g, me, peer * slot);
-          const bool grouped = pattern != Ungrouped;
-          if (grouped) cc().groupStart();
-          for (auto [kind, peer] : ops) {
-            if (kind == 0)
-              cc().send(send.at(peer * slot * es), m[me * n + peer], t, peer, stream());
-            else
-              cc().recv(recv.at(peer * slot * es), m[peer * n + me], t, peer, stream());
-          }
-          if (grouped) cc().groupEnd();
-          MESHCOMM_TEST_CHECK_LAUNCH();
-          // Expected: slot p holds m[p][me] elements from p where a recv from p was posted, poison elsewhere.
-          std::vector<uint8_t> host(n * slot * es);
-          MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
-          MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), recv.at(0), host.size(), cudaMemcpyDeviceToHost));
-          std::vector<char> recvFrom(n, 0);
-          for (auto [kind, peer] : ops)
-            if (kind == 1) recvFrom[peer] = 1;
-          uint64_t bad = 0;
-          std::string first;
-          for (int p = 0; p < n; ++p) {
-            const uint64_t cnt = recvFrom[p] ? m[p * n + me] : 0;
-            for (uint64_t i = 0; i < slot; ++i) {
-              uint32_t got;
-              std::memcpy(&got, host.data() + (p * slot + i) * es, 4);
-              const uint32_t want =
-                  i < cnt ? static_cast<uint32_t>(genBits(g, p, me * slot + i)) : P * 0x01010101u;
-              if (got != want && bad++ == 0)
-                first = detail::concat("slot of rank ", p, " element ", i, " (", cnt, " expected): got 0x",
-                                       std::hex, got, ", expected 0x", want);
+            if (grouped) cc().groupEnd();
+            MESHCOMM_TEST_CHECK_LAUNCH();
+            // Expected: slot p holds m[p][me] elements from p where a recv from p was posted, poison
+            // elsewhere.
+            std::vector<uint8_t> host(n * slot * es);
+            MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+            MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), recv.at(0), host.size(), cudaMemcpyDeviceToHost));
+            std::vector<char> recvFrom(n, 0);
+            for (auto [kind, peer] : ops)
+              if (kind == 1) recvFrom[peer] = 1;
+            uint64_t bad = 0;
+            std::string first;
+            for (int p = 0; p < n; ++p) {
+              const uint64_t cnt = recvFrom[p] ? m[p * n + me] : 0;
+              for (uint64_t i = 0; i < slot; ++i) {
+                uint32_t got;
+                std::memcpy(&got, host.data() + (p * slot + i) * es, 4);
+                const uint32_t want =
+                    i < cnt ? static_cast<uint32_t>(genBits(g, p, me * slot + i)) : P * 0x01010101u;
+                if (got != want && bad++ == 0)
+                  first = detail::concat("slot of rank ", p, " element ", i, " (", cnt, " expected): got 0x",
+                                         std::hex, got, ", expected 0x", want);
+              }
             }
+            recv.countOutside(stream(), recv.at(0), n * slot * es, P, counters_.at(0));
+            const auto k = counters_.collect(stream());
+            if (k[0] != 0) bad += k[0];
+            if (bad != 0) fail(ctx, detail::concat(bad, " wrong elements; ", first));
+          } catch (const std::exception& e) {
+            fail(ctx, e.what());
+            ok = false;
           }
-          recv.countOutside(stream(), recv.at(0), n * slot * es, P, counters_.at(0));
-          const auto k = counters_.collect(stream());
-          if (k[0] != 0) bad += k[0];
-          if (bad != 0) fail(ctx, detail::concat(bad, " wrong elements; ", first));
-        } catch (const std::exception& e) {
-          fail(ctx, e.what());
-          ok = false;
-        }
-        if (!agree(ok, 0).allOk) {
-          ADD_FAILURE() << "stopping at " << ctx << ": a rank saw an exception";
-          EXPECT_EQ(failures_, 0u);
-          return;
+          if (!agree(ok, 0).allOk) {
+            ADD_FAILURE() << "stopping at " << ctx << ": a rank saw an exception";
+            EXPECT_EQ(failures_, 0u);
+            return;
+          }
         }
       }
     }
+  }
+  EXPECT_EQ(failures_, 0u);
+}
+
+// Several operations per peer with odd byte sizes and unaligned buffers (operation boundaries cut LL
+// packets), uint8 and half operations mixed in one group (a group carries bytes; the sides may use
+// different dtypes), operations with oneself, and (every 4th group) pairs above the LL capacity next to
+// pairs below it; both sendrecv algorithms.
+TEST_F(Collectives, SendRecvManyOpsPerPeerOddSizes) {
+  const int n = worldSize(), me = rank();
+  const uint64_t region = 512 << 10;  // bytes per peer in each buffer (ops + gaps stay below it)
+  const int maxOps = 5, iters = longRun() ? 120 : 40;
+  auto& send = keep<GuardedBuffer>(n * region);
+  auto& recv = keep<GuardedBuffer>(n * region);
+  Rng rng(testSeed());
+  struct Op {
+    uint64_t bytes;
+    uint32_t sendGap, recvGap;  // bytes skipped before the operation's buffer on each side
+    bool sendHalf, recvHalf;    // posted as half elements (even sizes only) instead of uint8
+  };
+  for (const char* algo : {"sendrecv_ll", "sendrecv_scratch"}) {
+    ScopedAlgorithm forced(cc(), Collective::SendRecv, algo);
+    for (int it = 0; it < iters; ++it) {
+      const uint64_t seed = rng.next();
+      Rng r(seed);
+      const bool big = it % 4 == 3;
+      std::vector<std::vector<Op>> ops(n * n);  // ops[src * n + dst], equal on every rank
+      for (auto& list : ops) {
+        const uint64_t k = r.uniform(0, maxOps);
+        for (uint64_t j = 0; j < k; ++j) {
+          Op o;
+          o.bytes = big && r.next() % 3 == 0 ? r.uniform(1, 90000) : r.uniform(1, 40);
+          o.sendGap = static_cast<uint32_t>(r.next() % 4);
+          o.recvGap = static_cast<uint32_t>(r.next() % 4);
+          o.sendHalf = o.bytes % 2 == 0 && r.next() % 2;
+          o.recvHalf = o.bytes % 2 == 0 && r.next() % 2;
+          list.push_back(o);
+        }
+      }
+      GenSpec g{DataType::U8, ValueKind::General, n, seed | 1};
+      const uint8_t P = static_cast<uint8_t>(seed >> 32);
+      // Buffer of operation j of `list` in a region: gaps, half operations 2-byte aligned.
+      auto placeAll = [](const std::vector<Op>& list, bool sending) {
+        std::vector<uint64_t> at;
+        uint64_t off = 0;
+        for (const Op& o : list) {
+          off += sending ? o.sendGap : o.recvGap;
+          if (sending ? o.sendHalf : o.recvHalf) off = (off + 1) & ~uint64_t{1};
+          at.push_back(off);
+          off += o.bytes;
+        }
+        return at;
+      };
+      const std::string ctx = detail::concat(algo, " many ops, group ", it, big ? " (large pairs)" : "");
+      bool ok = true;
+      try {
+        send.poison(stream(), static_cast<uint8_t>(~P));
+        recv.poison(stream(), P);
+        // (kind, peer, op index) in a rank-local random order that keeps each (kind, peer) in order.
+        struct Posted {
+          bool isSend;
+          int peer;
+          size_t j;
+        };
+        std::vector<Posted> order;
+        std::vector<size_t> nextSend(n, 0), nextRecv(n, 0);
+        Rng local(seed ^ (static_cast<uint64_t>(me) << 20));
+        for (;;) {
+          std::vector<Posted> ready;
+          for (int p = 0; p < n; ++p) {
+            if (nextSend[p] < ops[me * n + p].size()) ready.push_back({true, p, nextSend[p]});
+            if (nextRecv[p] < ops[p * n + me].size()) ready.push_back({false, p, nextRecv[p]});
+          }
+          if (ready.empty()) break;
+          const Posted q = ready[local.next() % ready.size()];
+          (q.isSend ? nextSend : nextRecv)[q.peer]++;
+          order.push_back(q);
+        }
+        for (int p = 0; p < n; ++p) {
+          const auto& list = ops[me * n + p];
+          const auto at = placeAll(list, true);
+          uint64_t pos = 0;
+          for (size_t j = 0; j < list.size(); ++j) {
+            fillGenerated(stream(), send.at(0) + p * region + at[j], list[j].bytes, g, me,
+                          (static_cast<uint64_t>(p) << 32) + pos);
+            pos += list[j].bytes;
+          }
+        }
+        if (!order.empty()) {
+          cc().groupStart();
+          for (const Posted& q : order) {
+            const int src = q.isSend ? me : q.peer, dst = q.isSend ? q.peer : me;
+            const Op& o = ops[src * n + dst][q.j];
+            const uint64_t off = q.peer * region + placeAll(ops[src * n + dst], q.isSend)[q.j];
+            const bool half = q.isSend ? o.sendHalf : o.recvHalf;
+            const DataType t = half ? DataType::F16 : DataType::U8;
+            const uint64_t count = half ? o.bytes / 2 : o.bytes;
+            if (q.isSend)
+              cc().send(send.at(0) + off, count, t, q.peer, stream());
+            else
+              cc().recv(recv.at(0) + off, count, t, q.peer, stream());
+          }
+          cc().groupEnd();
+          MESHCOMM_TEST_CHECK_LAUNCH();
+        }
+        // Expected receive region of peer p: p's stream for me, operation by operation; poison elsewhere.
+        std::vector<uint8_t> want(n * region, P), host(n * region);
+        for (int p = 0; p < n; ++p) {
+          const auto& list = ops[p * n + me];
+          const auto at = placeAll(list, false);
+          uint64_t pos = 0;
+          for (size_t j = 0; j < list.size(); ++j)
+            for (uint64_t i = 0; i < list[j].bytes; ++i, ++pos)
+              want[p * region + at[j] + i] =
+                  static_cast<uint8_t>(genBits(g, p, (static_cast<uint64_t>(me) << 32) + pos));
+        }
+        MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), recv.at(0), host.size(), cudaMemcpyDeviceToHost));
+        uint64_t bad = 0;
+        std::string first;
+        for (uint64_t b = 0; b < host.size(); ++b) {
+          if (host[b] != want[b] && bad++ == 0)
+            first = detail::concat("byte ", b % region, " of the region of rank ", b / region, ": got ",
+                                   int{host[b]}, ", expected ", int{want[b]});
+        }
+        recv.countOutside(stream(), recv.at(0), n * region, P, counters_.at(0));
+        const auto k = counters_.collect(stream());
+        if (k[0] != 0) bad += k[0];
+        if (bad != 0) fail(ctx, detail::concat(bad, " wrong bytes; ", first));
+      } catch (const std::exception& e) {
+        fail(ctx, e.what());
+        ok = false;
+      }
+      if (!agree(ok, 0).allOk) {
+        ADD_FAILURE() << "stopping at " << ctx << ": a rank saw an exception";
+        EXPECT_EQ(failures_, 0u);
+        return;
+      }
+    }
+  }
+  EXPECT_EQ(failures_, 0u);
+}
+
+// A receiver whose counts disagree with its sender (both sides on the same path: LL below the capacity,
+// the scratch pipeline above it) records a count mismatch naming the sender and writes nothing past its
+// own count; the sender completes. Rank 1 receives from rank 0; sendrecv and host-counts alltoallv. The
+// error is fatal for a Comm, so every case ends with a fresh one.
+TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int n = worldSize(), me = rank();
+  struct MismatchCase {
+    bool alltoallv;
+    uint64_t sent, expected;  // bytes rank 0 sends to rank 1 / rank 1 expects from rank 0
+  };
+  const MismatchCase cases[] = {
+      {false, 4000, 3000},      // LL, receiver expects less
+      {false, 3000, 4004},      // LL, receiver expects more
+      {false, 600000, 500000},  // pipeline
+      {true, 4000, 3000},       // alltoallv_ll, LL pair
+      {true, 600000, 500008},   // alltoallv_ll, pipeline pair
+  };
+  const uint64_t cap = 600000;
+  auto& send = keep<GuardedBuffer>(n * cap);
+  auto& recv = keep<GuardedBuffer>(n * cap);
+  const uint8_t P = 0x5C;
+  for (const MismatchCase& mc : cases) {
+    const std::string ctx =
+        detail::concat(mc.alltoallv ? "alltoallv" : "sendrecv", " sent ", mc.sent, " expected ", mc.expected);
+    bool ok = true;
+    try {
+      send.poison(stream(), static_cast<uint8_t>(~P));
+      recv.poison(stream(), P);
+      if (mc.alltoallv) {
+        // Everyone else exchanges nothing; rank 0 -> rank 1 disagrees.
+        std::vector<size_t> sc(n, 0), sd(n, 0), rc(n, 0), rd(n, 0);
+        if (me == 0) sc[1] = mc.sent;
+        if (me == 1) rc[0] = mc.expected;
+        cc().allToAllv(send.at(0), sc.data(), sd.data(), recv.at(0), rc.data(), rd.data(), DataType::U8,
+                       stream());
+      } else if (me == 0) {
+        cc().send(send.at(0), mc.sent, DataType::U8, 1, stream());
+      } else if (me == 1) {
+        cc().recv(recv.at(0), mc.expected, DataType::U8, 0, stream());
+      }
+      MESHCOMM_TEST_CHECK_LAUNCH();
+      MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+      bool reported = false;
+      std::string what;
+      try {
+        cc().checkError();
+      } catch (const Error& e) {
+        reported = true;
+        what = e.what();
+      }
+      if (me == 1) {
+        if (!reported)
+          fail(ctx, "no count mismatch reported");
+        else if (what.find("counts disagree with peer 0") == std::string::npos)
+          fail(ctx, "unexpected error: " + what);
+        // Nothing past min(sent, expected) bytes (the receive may have stopped early: the error aborts).
+        recv.countOutside(stream(), recv.at(0), std::min(mc.sent, mc.expected), P, counters_.at(0));
+        const auto k = counters_.collect(stream());
+        if (k[0] != 0) fail(ctx, detail::concat(k[0], " bytes written past the received count"));
+      } else if (reported) {
+        fail(ctx, "unexpected error: " + what);
+      }
+    } catch (const std::exception& e) {
+      fail(ctx, e.what());
+      ok = false;
+    }
+    agree(ok, 0);
+    // A fresh Comm for the next case (and the next test): the mismatch error sticks to this one.
+    rebuildComm();
   }
   EXPECT_EQ(failures_, 0u);
 }

@@ -321,6 +321,22 @@ struct Reducer {
     for (int k = 0; k < kPerPack; ++k) pv.e[k] = finish(acc.v[k]);
     return pv.u;
   }
+
+  // Chained reductions (one rank at a time, e.g. reduce_chain): a partial result travels between ranks as
+  // elements. partial() stores the accumulator without finishing (no avg division); resume() takes such a
+  // partial back as the accumulator (no premulsum scaling: it was applied when each term was added).
+  MESHCOMM_DEVICE_INLINE uint4 partial(const Accs& acc) const {
+    PackView pv;
+#pragma unroll
+    for (int k = 0; k < kPerPack; ++k) pv.e[k] = E::fromAcc(acc.v[k]);
+    return pv.u;
+  }
+  MESHCOMM_DEVICE_INLINE void resume(Accs& acc, const uint4& partialPack) const {
+    PackView pv;
+    pv.u = partialPack;
+#pragma unroll
+    for (int k = 0; k < kPerPack; ++k) acc.v[k] = E::toAcc(pv.e[k]);
+  }
 };
 
 }  // namespace device

@@ -1,13 +1,7 @@
 // alltoall_scratch and alltoallv_scratch: ONE kernel family, the pairwise scratch pipeline
-// (movement_common.cuh) with an AllToAllPlan<Counts>; alltoall is alltoallv with uniform counts.
+// (movement_common.cuh) with an AllToAllPlan<Counts> (alltoall_plan.cuh: UniformCounts, HostCounts,
+// DeviceCounts); alltoall is alltoallv with uniform counts.
 //
-// Counts (bytes = elements * dtype size):
-//   UniformCounts  alltoall: chunk p at p*bytes on both sides; every side knows both directions, no header.
-//   HostCounts     alltoallv, CountsLocation::Host: the four arrays are read on the host at launch and
-//                  passed by value in the kernel parameters (no allocation, no copy, graph-capturable; a
-//                  captured graph replays the values of capture time). Up to kMaxHostCountRanks ranks.
-//   DeviceCounts   alltoallv, CountsLocation::Device: the kernel reads the arrays (device memory of this
-//                  GPU) when it runs, so they may change between calls and graph replays.
 // alltoallv exchanges a header per pair and call (two LL16 packets: the sender's byte count for this
 // receiver and 0). The sender writes into the receiver's scratch slot [sender]; the receiver copies from
 // there to output + recvDispls[p]: a sender never needs the receiver's displacements. Both sides derive the
@@ -19,64 +13,12 @@
 // p's data over it); alltoallv no (send and receive layouts differ).
 #include <memory>
 
+#include "collectives/algorithms/alltoall_plan.cuh"
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
 
 namespace meshcomm::movement {
 namespace {
-
-constexpr int kMaxHostCountRanks = 32;
-
-struct UniformCounts {
-  static constexpr bool kHeader = false;
-  uint64_t bytes;
-  __device__ uint64_t sendBytes(int) const { return bytes; }
-  __device__ uint64_t sendOff(int p) const { return static_cast<uint64_t>(p) * bytes; }
-  __device__ uint64_t recvBytes(int) const { return bytes; }
-  __device__ uint64_t recvOff(int p) const { return static_cast<uint64_t>(p) * bytes; }
-};
-
-struct HostCounts {
-  static constexpr bool kHeader = true;
-  uint64_t send[kMaxHostCountRanks], sendDispl[kMaxHostCountRanks];
-  uint64_t recv[kMaxHostCountRanks], recvDispl[kMaxHostCountRanks];
-  __device__ uint64_t sendBytes(int p) const { return send[p]; }
-  __device__ uint64_t sendOff(int p) const { return sendDispl[p]; }
-  __device__ uint64_t recvBytes(int p) const { return recv[p]; }
-  __device__ uint64_t recvOff(int p) const { return recvDispl[p]; }
-};
-
-struct DeviceCounts {
-  static constexpr bool kHeader = true;
-  const size_t *send, *sendDispl, *recv, *recvDispl;
-  uint64_t elemBytes;
-  __device__ uint64_t sendBytes(int p) const { return send[p] * elemBytes; }
-  __device__ uint64_t sendOff(int p) const { return sendDispl[p] * elemBytes; }
-  __device__ uint64_t recvBytes(int p) const { return recv[p] * elemBytes; }
-  __device__ uint64_t recvOff(int p) const { return recvDispl[p] * elemBytes; }
-};
-
-template <class Counts>
-struct AllToAllPlan : PlanBase {
-  static constexpr bool kHeader = Counts::kHeader;
-  char* input;
-  char* output;
-  Counts counts;
-
-  __device__ bool active(const CommDeviceView&, int) const { return true; }
-  __device__ ContigStream send(const CommDeviceView&, int peer) const {
-    return {input + counts.sendOff(peer), counts.sendBytes(peer)};
-  }
-  __device__ ContigStream recv(const CommDeviceView&, int peer) const {
-    return {output + counts.recvOff(peer), counts.recvBytes(peer)};
-  }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    const uint64_t sent = counts.sendBytes(v.rank), cap = counts.recvBytes(v.rank);
-    if (kHeader && sent != cap && part == 0 && threadIdx.x == 0)
-      reportMismatch(selfSpinContext(v), v.rank, cap, sent);
-    copyShare(output + counts.recvOff(v.rank), input + counts.sendOff(v.rank), minU(sent, cap), part, nParts);
-  }
-};
 
 class AllToAllScratch : public EngineAlgorithm {
  public:
@@ -122,18 +64,11 @@ class AllToAllvScratch : public EngineAlgorithm {
       launchEngine(resources, args, config, plan);
       return;
     }
-    const int n = resources.view().nRanks;
-    MESHCOMM_REQUIRE(n <= kMaxHostCountRanks, "rank ", resources.view().rank,
-                     ": alltoallv: host-side counts support at most ", kMaxHostCountRanks, " ranks");
+    const CommDeviceView& v = resources.view();
     AllToAllPlan<HostCounts> plan;
     plan.input = in;
     plan.output = out;
-    for (int p = 0; p < n; ++p) {
-      plan.counts.send[p] = args.sendCounts[p] * es;
-      plan.counts.sendDispl[p] = args.sendDispls[p] * es;
-      plan.counts.recv[p] = args.recvCounts[p] * es;
-      plan.counts.recvDispl[p] = args.recvDispls[p] * es;
-    }
+    plan.counts = makeHostCounts(args, v.rank, v.nRanks);
     launchEngine(resources, args, config, plan);
   }
 };

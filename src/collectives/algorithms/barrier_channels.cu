@@ -21,6 +21,8 @@ class BarrierChannels : public Algorithm {
   void initialize(CommResources& resources) override { resources_ = &resources; }
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
     if (resources_ == nullptr) return "not initialized";
+    if (topo.nRanks > 1 && resources_->view().channelsPerPeer < 1)
+      return "needs at least one channel per peer";
     return commonReason(topo, *resources_);
   }
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {

@@ -28,8 +28,8 @@ struct BroadcastPlan : RootedPlanBase {
 // writes it into its output at the piece's offset; the root copies input -> output (skipped in place).
 // Launch 2 (BcastForwardPlan, n > 2): every non-root sends its piece (from its output, complete since
 // launch 1 finished on this stream) to every other non-root; root pairs are idle. Per-rank egress: root S,
-// non-root (n-2)/(n-1)·S (broadcast_scratch: root (n-1)·S). Each launch is an ordinary engine call: its
-// opening signals order the scratch reuse (launch 2's opening follows the peer's launch 1 completion).
+// non-root (n-2)/(n-1)·S (broadcast_scratch: root (n-1)·S). Each launch is an ordinary engine call (the
+// engine's persistent credits order the buffer reuse between them).
 struct BcastPieces {
   __device__ static uint64_t per(uint64_t bytes, int n) {
     return roundUp16(divUp(bytes, static_cast<uint64_t>(n - 1)));
@@ -102,7 +102,7 @@ class BroadcastSag : public EngineAlgorithm {
 // root pairs (all blocks co-resident, as the engine already requires).
 struct BcastPipePlan : RootedPlanBase {
   static constexpr bool kLinked = true;
-  uint64_t* link;  // [2 + channelsPerPeer]
+  uint64_t* link;  // [2 + kEngineLanes]
 
   __device__ bool active(const CommDeviceView&, int) const { return true; }
   __device__ ContigStream send(const CommDeviceView& v, int peer) const {
@@ -158,8 +158,7 @@ class BroadcastPipe : public EngineAlgorithm {
   BroadcastPipe() : EngineAlgorithm("broadcast_pipe", Collective::Broadcast, /*needsHeader=*/false) {}
   void initialize(CommResources& resources) override {
     EngineAlgorithm::initialize(resources);
-    link_ =
-        resources.allocateDeviceWords(2 + static_cast<size_t>(std::max(1, resources.view().channelsPerPeer)));
+    link_ = resources.allocateDeviceWords(2 + static_cast<size_t>(kEngineLanes));
   }
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
     return engineReason(topo);
@@ -176,8 +175,73 @@ class BroadcastPipe : public EngineAlgorithm {
   uint64_t* link_ = nullptr;
 };
 
+// broadcast_chain: the message flows root -> r_1 -> ... -> r_{n-1} (r_k = (root + k) mod n) in pieces through
+// the stream engine's buffers (runChainLane, engine_streams.cuh); every rank copies each piece into its
+// output and, unless it is the tail, on into the next rank's buffer. Every rank receives and sends the
+// message once (NCCL's ring broadcast); the pieces pipeline, so the n-1 hops cost only the fill time.
+// In place on the root: nothing is copied locally.
+struct BcastChainArgs {
+  CommDeviceView view;
+  EngineStreams streams;  // blocksPerPeer = the grid size
+  const char* input;
+  char* output;
+  uint64_t bytes;
+  uint64_t roundBytes;
+  int root;
+};
+
+__global__ void __launch_bounds__(kEngineThreads) broadcastChainKernel(BcastChainArgs a) {
+  const CommDeviceView& v = a.view;
+  const int n = v.nRanks, me = v.rank, pos = (me - a.root + n) % n;
+  const ChainLinks links{pos > 0 ? (me - 1 + n) % n : -1, pos < n - 1 ? (me + 1) % n : -1};
+  runChainLane(a.streams, v, links, a.bytes, a.roundBytes, chainSpinContext(v, links),
+               [&](const Piece& p, const char* in, char* next) {
+                 const char* src = in ? in : a.input + p.off;
+                 if (next) copyBytes(next, src, p.len, threadIdx.x, blockDim.x);
+                 char* dst = a.output + p.off;
+                 if (dst != src) copyBytes(dst, src, p.len, threadIdx.x, blockDim.x);
+               });
+}
+
+class BroadcastChain : public EngineAlgorithm {
+ public:
+  BroadcastChain() : EngineAlgorithm("broadcast_chain", Collective::Broadcast, /*needsHeader=*/false) {}
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    return engineReason(topo);
+  }
+  LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
+    return {chainBlocks(args.count * dataTypeSize(args.dtype), topo.smCount), kEngineThreads};
+  }
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    const auto plan = planFromArgs<RootedPlanBase>(args);
+    if (plan.bytes == 0) return;  // equal on every rank
+    const CommTopology& topo = resources.topology();
+    const int maxBlocks = std::max(1, std::min(kEngineLanes, topo.smCount));
+    BcastChainArgs a;
+    a.view = resources.view();
+    a.streams = engineStreams();
+    MESHCOMM_REQUIRE(a.view.nRanks < 2 || a.streams.pieceMax > 0, "rank ", a.view.rank,
+                     ": broadcast_chain: no engine stream buffers (MESHCOMM_PACKET_BYTES too small)");
+    const int blocks =
+        config.nBlocks > 0 ? std::min(config.nBlocks, maxBlocks) : chainBlocks(plan.bytes, topo.smCount);
+    const int threads = normalizeThreads(config.nThreadsPerBlock, kEngineThreads, 64, kEngineThreads);
+    a.streams.blocksPerPeer = blocks;
+    a.input = plan.input;
+    a.output = plan.output;
+    a.bytes = plan.bytes;
+    a.roundBytes = a.streams.pieceCap(plan.bytes) * static_cast<uint64_t>(blocks);
+    a.root = plan.root;
+    broadcastChainKernel<<<blocks, threads, 0, args.stream>>>(a);
+    MESHCOMM_CUDA_CHECK(cudaGetLastError());
+  }
+};
+
 }  // namespace
 
+std::shared_ptr<Algorithm> makeBroadcastChain() {
+  return std::make_shared<BroadcastChain>();
+}
 std::shared_ptr<Algorithm> makeBroadcastPipe() {
   return std::make_shared<BroadcastPipe>();
 }

@@ -1,5 +1,7 @@
 // Registration of the data-movement algorithms. Within a collective, registration order is the selector's
-// fallback preference: LL first (it declines calls larger than its packet slot), then scratch.
+// fallback preference: LL first (it declines calls larger than its packet slot), then scratch. sendrecv_ll
+// and alltoallv_ll never decline for size (their large pairs run in the engine inside them): for these
+// rank-local sizes the choice must not depend on size (selector.cc), so they are first for every call.
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/builtin.hpp"
 
@@ -10,15 +12,18 @@ void registerMovementAlgorithms(AlgorithmCollection& collection) {
   collection.add(movement::makeAllGatherScratch());
   collection.add(movement::makeAllToAllLL());
   collection.add(movement::makeAllToAllScratch());
+  collection.add(movement::makeAllToAllvLL());
   collection.add(movement::makeAllToAllvScratch());
   collection.add(movement::makeBroadcastLL());
   collection.add(movement::makeBroadcastScratch());
   collection.add(movement::makeBroadcastSag());
   collection.add(movement::makeBroadcastPipe());
+  collection.add(movement::makeBroadcastChain());
   collection.add(movement::makeGatherLL());
   collection.add(movement::makeGatherScratch());
   collection.add(movement::makeScatterLL());
   collection.add(movement::makeScatterScratch());
+  collection.add(movement::makeSendRecvLL());
   collection.add(movement::makeSendRecvScratch());
   collection.add(movement::makeBarrierChannels());
 }

@@ -12,15 +12,18 @@ std::shared_ptr<Algorithm> makeAllGatherLL();       // allgather_ll.cu
 std::shared_ptr<Algorithm> makeAllGatherScratch();  // allgather_scratch.cu
 std::shared_ptr<Algorithm> makeAllToAllLL();        // alltoall_ll.cu
 std::shared_ptr<Algorithm> makeAllToAllScratch();   // alltoall_scratch.cu
+std::shared_ptr<Algorithm> makeAllToAllvLL();       // ll_stream.cu
 std::shared_ptr<Algorithm> makeAllToAllvScratch();  // alltoall_scratch.cu
 std::shared_ptr<Algorithm> makeBroadcastLL();       // rooted_ll.cu
 std::shared_ptr<Algorithm> makeBroadcastScratch();  // broadcast_scratch.cu
 std::shared_ptr<Algorithm> makeBroadcastSag();      // broadcast_scratch.cu
 std::shared_ptr<Algorithm> makeBroadcastPipe();     // broadcast_scratch.cu
+std::shared_ptr<Algorithm> makeBroadcastChain();    // broadcast_scratch.cu
 std::shared_ptr<Algorithm> makeGatherLL();          // rooted_ll.cu
 std::shared_ptr<Algorithm> makeGatherScratch();     // gather_scratch.cu
 std::shared_ptr<Algorithm> makeScatterLL();         // rooted_ll.cu
 std::shared_ptr<Algorithm> makeScatterScratch();    // scatter_scratch.cu
+std::shared_ptr<Algorithm> makeSendRecvLL();        // ll_stream.cu
 std::shared_ptr<Algorithm> makeSendRecvScratch();   // sendrecv_scratch.cu
 std::shared_ptr<Algorithm> makeBarrierChannels();   // barrier_channels.cu
 

@@ -5,22 +5,21 @@
 //    LL16 packets into p's packet region, slot [rank], half (pair epoch & 1); p spins on the flags and
 //    unpacks. No semaphores. Used by allgather_ll and alltoall_ll (they differ only in the input stride).
 //
-// 2. The pairwise scratch pipeline (pairwiseKernel<Plan>, EngineAlgorithm): block (peer p, channel c)
-//    exchanges with p's block (this rank, c) over channel c, in lockstep rounds through the receiver's
-//    scratch slot [sender], double-buffered. A Plan says what each rank sends to / receives from each peer
-//    (byte streams) and what it copies locally; allgather, alltoall(v), broadcast, gather, scatter and
-//    sendrecv are Plans. Data flow of one active pair, per block (docs/collectives.md has the picture):
-//      open:    signal(peer)                      "my previous reads of my scratch are done"
+// 2. The pairwise scratch pipeline (pairwiseKernel<Plan>, EngineAlgorithm): block (peer p, index c)
+//    exchanges with p's block (this rank, c); each direction is a credit-based stream of pieces through the
+//    receiver's scratch slot [sender], kEngineSlots buffers deep, on two channels (data: index c, credit:
+//    index c + B). A Plan says what each rank sends to / receives from each peer (byte streams) and what it
+//    copies locally; allgather, alltoall(v), broadcast, gather, scatter and sendrecv are Plans. Per block:
+//      open:    credit(peer)                      "my previous reads of my scratch are done"
 //               [+ header LL packets: my byte count and signature, when the Plan has kHeader]
-//               self copy share (local, overlaps the peer's opening)
-//               wait(peer) [+ read the peer's header]
-//      phase t = 0..T-1:
-//               put piece t of my stream into peer.scratch[slot rank][buf t%2][block c]
-//               copy piece t-1 of the peer's stream out of my scratch[slot peer][buf (t-1)%2][block c]
-//               __syncthreads; signal(peer); wait(peer)
-//      tail:    copy piece T-1 out.
-//    T = ceil(max(bytes I send to p, bytes p sends to me) / roundBytes), computed identically on both
-//    sides, so every (peer, channel) sees exactly T+1 signals and T+1 waits per call.
+//      step s = 0, 1, ...:
+//               put:  wait credit (s == 0: the peer's opening; s >= K: the peer freed piece s-K's buffer),
+//                     piece s of my stream -> peer.scratch[slot rank][buf s%K][block c], data(peer)
+//               copy: wait data (the peer's piece s-1), copy it out of my scratch[slot peer][buf (s-1)%K],
+//                     credit(peer) if piece s-1+K exists
+//               one slice of the local copy (up to kSelfCopySlices slices of >= kSelfSliceBytes)
+//    T = ceil(bytes / roundBytes) per direction, with roundBytes computed identically on both sides, so
+//    every channel sees as many signals as waits per call. No lockstep: a sender runs up to K pieces ahead.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +30,7 @@
 #include <string>
 #include <utility>
 
+#include "collectives/algorithms/engine_streams.cuh"
 #include "meshcomm/algorithm.hpp"
 #include "meshcomm/comm_resources.hpp"
 #include "meshcomm/device/comm_device.hpp"
@@ -43,26 +43,13 @@ namespace meshcomm::movement {
 
 constexpr int kEngineThreads = 512;  // threads of a pairwise-engine block (at most; 64 regs at 1024 spilled)
 constexpr int kLLThreads = 512;      // default threads of an LL block
-constexpr int kLLMaxBlocksPerPeer = 64;        // epoch words per peer of an LL algorithm
-constexpr int kLLPacketsPerThread = 4;         // LL blocks per peer = packets / (threads * this)
-constexpr uint64_t kMinPieceBytes = 32 << 10;  // smallest per-block piece of a round
-constexpr uint64_t kTargetRounds = 4;          // mid sizes run in about this many rounds
+constexpr int kLLMaxBlocksPerPeer = 64;         // epoch words per peer of an LL algorithm
+constexpr int kLLPacketsPerThread = 4;          // LL blocks per peer = packets / (threads * this)
+constexpr uint32_t kSelfCopySlices = 8;         // at most: the local copy is spread over the first steps
+constexpr uint64_t kSelfSliceBytes = 64 << 10;  // at least per slice (smaller copies go in one piece)
 constexpr uint64_t kHeaderBytes = 2 * sizeof(LL16Packet);
 // LL region budgets tried in order at initialize() (the first one the packet buffer can still hold).
 constexpr uint64_t kLLRegionBudgets[] = {4u << 20, 2u << 20, 1u << 20, 512u << 10, 256u << 10};
-
-MESHCOMM_HOST_DEVICE_INLINE uint64_t divUp(uint64_t a, uint64_t b) {
-  return (a + b - 1) / b;
-}
-MESHCOMM_HOST_DEVICE_INLINE uint64_t roundUp16(uint64_t a) {
-  return (a + 15) & ~uint64_t{15};
-}
-MESHCOMM_HOST_DEVICE_INLINE uint64_t minU(uint64_t a, uint64_t b) {
-  return a < b ? a : b;
-}
-MESHCOMM_HOST_DEVICE_INLINE uint64_t maxU(uint64_t a, uint64_t b) {
-  return a > b ? a : b;
-}
 
 // ---- per-pair epochs --------------------------------------------------------------------------------
 // One epoch per (peer, block-local index), in algorithm-owned device words ([nRanks][stride], zeroed).
@@ -361,44 +348,15 @@ struct SegStream {
 #endif
 };
 
-// ---- pairwise engine geometry -----------------------------------------------------------------------------
-// Every rank's scratch: [sender slot 0..n-1][buf 0|1][block c < B][blockStride]. Identical on all ranks
-// (depends on scratchBytes, nRanks and B only; all ranks launch the same config for the same call).
-struct EngineGeometry {
-  uint64_t slotBytes = 0;
-  uint64_t bufBytes = 0;
-  uint64_t blockStride = 0;
-  int blocksPerPeer = 1;
-
-  // Per-block piece of a round for a pair whose larger direction carries maxBytes: big enough to amortise
-  // a signal round trip, small enough that mid sizes pipeline over ~kTargetRounds rounds.
-  MESHCOMM_HOST_DEVICE_INLINE uint64_t pieceCap(uint64_t maxBytes) const {
-    const uint64_t want = roundUp16(divUp(maxBytes, static_cast<uint64_t>(blocksPerPeer) * kTargetRounds));
-    return minU(blockStride, maxU(kMinPieceBytes, want));
-  }
-};
-
-struct Piece {
-  uint64_t off;
-  uint64_t len;
-};
-
-// Block c's piece of round t of a stream of `bytes`: the round's range split evenly (16-byte multiples).
-MESHCOMM_HOST_DEVICE_INLINE Piece roundPiece(uint64_t bytes, uint64_t t, uint64_t roundBytes, int B, int c) {
-  const uint64_t rs = t * roundBytes;
-  if (rs >= bytes) return {rs, 0};
-  const uint64_t rl = minU(roundBytes, bytes - rs);
-  const uint64_t per = roundUp16(divUp(rl, static_cast<uint64_t>(B)));
-  const uint64_t off = rs + per * static_cast<uint64_t>(c);
-  if (off >= rs + rl) return {off, 0};
-  return {off, minU(per, rs + rl - off)};
-}
-
 // Defaults of the Plan interface (pairwiseKernel below): no header, no signatures, no links.
 struct PlanBase {
   static constexpr bool kHeader = false;
   static constexpr bool kLinked = false;
 #if defined(__CUDACC__)
+  // Bytes of this rank's local copy (an upper bound; sizes the slicing only). Unknown: the most slices.
+  MESHCOMM_DEVICE_INLINE uint64_t selfBytes(const CommDeviceView&) const {
+    return ~uint64_t{0};
+  }
   MESHCOMM_DEVICE_INLINE uint64_t sendSig(int) const {
     return 0;
   }
@@ -432,6 +390,9 @@ struct RootedPlanBase : PlanBase {
 #if defined(__CUDACC__)
   MESHCOMM_DEVICE_INLINE bool active(const CommDeviceView& v, int peer) const {
     return v.rank == root || peer == root;
+  }
+  MESHCOMM_DEVICE_INLINE uint64_t selfBytes(const CommDeviceView&) const {
+    return bytes;
   }
 #endif
 };
@@ -479,7 +440,7 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
 //   bool active(v, peer)             this pair exchanges in this call (both sides agree)
 //   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes = capacity expected from the peer)
 //   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
-//   void selfCopy(v, part, nParts)   this block's share of the local copy
+//   void selfCopy(v, part, nParts)   part `part` of `nParts` of the local copy
 //   static constexpr bool kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
 //     uint64_t roundBasis(v, maxBytes)   bytes that size the rounds (equal on both sides of every pair)
 //     uint64_t linkGeneration()          read once per block at the start (a per-launch number)
@@ -487,23 +448,29 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
 //     void publishLinked(v, peer, c, t, gen)     thread 0, after piece t was copied out (block synced)
 //     void arriveLinked(gen)             every block, last thing (all threads; advances the generation)
 //   Linked blocks wait on blocks of the same grid: the grid must be co-resident (as for the engine).
-// Memory order: puts and copy-outs are weak; __syncthreads() then thread 0's release signal publishes the
-// puts and retires the copy-out reads; thread 0's acquire wait then __syncthreads() makes the peer's puts
-// visible to the block. A failed wait (timeout/abort) ends the block's exchange.
+// Each direction of a pair is a stream of pieces through the receiver's engine buffers (EngineStreams:
+// persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, roundBytes
+// computed identically on both sides, so both count the same pieces.
+// Memory order: puts are weak stores; __syncthreads() then thread 0's release add to the receiver's data
+// counter publishes them; the receiver's thread 0 acquire spin then __syncthreads() makes them visible to
+// its block. Copy-out reads are retired by __syncthreads() then a release add to the sender's credit
+// counter, acquired by the sender before it reuses the buffer. A failed spin (timeout/abort) ends the
+// block's exchange (the communicator is then dead).
 template <class Plan>
 __global__ void __launch_bounds__(kEngineThreads)
-    pairwiseKernel(CommDeviceView v, EngineGeometry g, PacketRegion hdr, PairEpochs ep,
+    pairwiseKernel(CommDeviceView v, EngineStreams es, PacketRegion hdr, PairEpochs ep,
                    const __grid_constant__ Plan plan) {
   __shared__ uint64_t sPeerBytes, sPeerSig;
-  const BlockRole role = blockRole(v, g.blocksPerPeer);
+  const BlockRole role = blockRole(v, es.blocksPerPeer);
   const bool active = role.peer >= 0 && plan.active(v, role.peer);
-  const int B = g.blocksPerPeer;
-  MemoryChannelDeviceHandle* chan = nullptr;
+  const int B = es.blocksPerPeer;
+  // Slices of the local copy per block: enough that each is >= kSelfSliceBytes, at most kSelfCopySlices.
+  const uint32_t slices = static_cast<uint32_t>(minU(
+      kSelfCopySlices, maxU(1, plan.selfBytes(v) / (static_cast<uint64_t>(gridDim.x) * kSelfSliceBytes))));
+  const uint32_t selfPart = blockIdx.x * slices, selfParts = gridDim.x * slices;
   uint64_t epoch = 0;
-  if (active) {
-    chan = &device::channelRef(v, role.peer, role.c);
-    if (threadIdx.x == 0) chan->signal();  // opening: my reads of my scratch (earlier calls) are done
-    if constexpr (Plan::kHeader) {
+  if constexpr (Plan::kHeader) {
+    if (active) {
       epoch = ep.load(role.peer, role.c);
       if (role.c == 0 && threadIdx.x == 32) {
         writeHeader(hdr.outbox(v, role.peer, epoch & 1), plan.send(v, role.peer).bytes,
@@ -513,78 +480,85 @@ __global__ void __launch_bounds__(kEngineThreads)
   }
   uint64_t gen = 0;
   if constexpr (Plan::kLinked) gen = plan.linkGeneration();
-  plan.selfCopy(v, blockIdx.x, gridDim.x);
   if (!active) {
+    for (uint32_t k = 0; k < slices; ++k) plan.selfCopy(v, selfPart + k, selfParts);
     if constexpr (Plan::kLinked) plan.arriveLinked(gen);
     return;
   }
 
-  const int peer = role.peer;
+  const int peer = role.peer, c = role.c;
+  const SpinContext ctx = device::channelRef(v, peer, 0).semaphore.spin;  // names this rank and the peer
   int ok = 1;
-  if (threadIdx.x == 0) ok = chan->wait() ? 1 : 0;
   if constexpr (Plan::kHeader) {
     if (threadIdx.x == 32) {
       uint64_t bytes = 0, sig = 0;
-      ok = readHeader(hdr.inbox(v, peer, epoch & 1), llFlag(epoch), chan->semaphore.spin, bytes, sig) ? 1 : 0;
+      ok = readHeader(hdr.inbox(v, peer, epoch & 1), llFlag(epoch), ctx, bytes, sig) ? 1 : 0;
       sPeerBytes = bytes;
       sPeerSig = sig;
     }
+    ok = __syncthreads_and(ok);
   }
-  ok = __syncthreads_and(ok);
 
+  uint32_t selfDone = 0;
   if (ok) {
     const auto send = plan.send(v, peer);
     const auto recv = plan.recv(v, peer);
     uint64_t peerBytes = recv.bytes;
     if constexpr (Plan::kHeader) {
       peerBytes = sPeerBytes;
-      if (threadIdx.x == 0 && role.c == 0 && (peerBytes != recv.bytes || sPeerSig != plan.recvSig(peer))) {
-        reportMismatch(chan->semaphore.spin, peer, recv.bytes, peerBytes);
+      if (threadIdx.x == 0 && c == 0 && (peerBytes != recv.bytes || sPeerSig != plan.recvSig(peer))) {
+        reportMismatch(ctx, peer, recv.bytes, peerBytes);
       }
     }
     const uint64_t recvLimit = minU(peerBytes, recv.bytes);  // never write past the receiver's buffer
-    const uint64_t maxBytes = maxU(send.bytes, peerBytes);
-    const uint64_t roundBytes = g.pieceCap(plan.roundBasis(v, maxBytes)) * static_cast<uint64_t>(B);
-    const uint64_t T = divUp(maxBytes, roundBytes);
-    char* remote = static_cast<char*>(chan->dst) + static_cast<uint64_t>(v.rank) * g.slotBytes +
-                   static_cast<uint64_t>(role.c) * g.blockStride;
-    const char* local = static_cast<const char*>(chan->src) + static_cast<uint64_t>(peer) * g.slotBytes +
-                        static_cast<uint64_t>(role.c) * g.blockStride;
-    for (uint64_t t = 0; t <= T; ++t) {
-      if (t < T) {
-        const Piece p = roundPiece(send.bytes, t, roundBytes, B, role.c);
-        if constexpr (Plan::kLinked) {
-          int linked = 1;
-          if (threadIdx.x == 0 && p.len)
-            linked = plan.waitLinked(v, peer, role.c, t, gen, chan->semaphore.spin) ? 1 : 0;
-          if (!__syncthreads_and(linked)) break;
+    const uint64_t roundBytes =
+        es.pieceCap(plan.roundBasis(v, maxU(send.bytes, peerBytes))) * static_cast<uint64_t>(B);
+    const uint64_t Ts = divUp(send.bytes, roundBytes), Tr = divUp(peerBytes, roundBytes);
+    uint64_t* sentWord = es.sent + static_cast<uint64_t>(peer) * kEngineLanes + c;
+    uint64_t* consumedWord = es.consumed + static_cast<uint64_t>(peer) * kEngineLanes + c;
+    const uint64_t sent0 = *sentWord, consumed0 = *consumedWord;  // written by earlier launches only
+    // Step s: put piece s of my stream, then copy out piece s-1 of the peer's (its counter update had a
+    // step to arrive), then one slice of the local copy.
+    const uint64_t steps = maxU(Ts, Tr + 1);
+    for (uint64_t s = 0; s < steps; ++s) {
+      if (s < Ts) {
+        const uint64_t g = sent0 + s;
+        const Piece p = roundPiece(send.bytes, s, roundBytes, B, c);
+        if (threadIdx.x == 0) {
+          ok = awaitCredit(es, v, peer, c, g, ctx) ? 1 : 0;
+          if constexpr (Plan::kLinked) {
+            if (ok && p.len) ok = plan.waitLinked(v, peer, c, s, gen, ctx) ? 1 : 0;
+          }
         }
-        if (p.len) send.toScratch(remote + (t & 1) * g.bufBytes, p.off, p.len);
+        if (!(ok = __syncthreads_and(ok))) break;
+        if (p.len) send.toScratch(es.buffer(v, peer, v.rank, c, g), p.off, p.len);
+        __syncthreads();
+        if (threadIdx.x == 0) publishPiece(es, v, peer, c);
       }
-      if (t > 0) {
-        const Piece p = roundPiece(peerBytes, t - 1, roundBytes, B, role.c);
+      if (s >= 1 && s - 1 < Tr) {
+        const uint64_t j = s - 1, g = consumed0 + j;
+        if (threadIdx.x == 0) ok = awaitPiece(es, v, peer, c, g, ctx) ? 1 : 0;
+        if (!(ok = __syncthreads_and(ok))) break;
+        const Piece p = roundPiece(peerBytes, j, roundBytes, B, c);
         const uint64_t len = p.off < recvLimit ? minU(p.len, recvLimit - p.off) : 0;
-        if (len) recv.fromScratch(local + ((t - 1) & 1) * g.bufBytes, p.off, len);
-      }
-      if (t < T) {
+        if (len) recv.fromScratch(es.buffer(v, v.rank, peer, c, g), p.off, len);
         __syncthreads();
         if (threadIdx.x == 0) {
-          if constexpr (Plan::kLinked) {
-            if (t > 0) plan.publishLinked(v, peer, role.c, t - 1, gen);  // piece t-1 is out (synced)
-          }
-          chan->signal();
-          ok = chan->wait() ? 1 : 0;
+          releasePiece(es, v, peer, c);
+          if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
         }
-        if (!__syncthreads_and(ok)) break;
-      } else if constexpr (Plan::kLinked) {
-        __syncthreads();  // the tail copy-out of piece T-1 is done
-        if (threadIdx.x == 0 && T > 0) plan.publishLinked(v, peer, role.c, T - 1, gen);
       }
+      if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts);
+    }
+    if (ok && threadIdx.x == 0) {
+      *sentWord = sent0 + Ts;
+      *consumedWord = consumed0 + Tr;
     }
   }
+  for (; selfDone < slices; ++selfDone) plan.selfCopy(v, selfPart + selfDone, selfParts);
   if constexpr (Plan::kHeader) {
     __syncthreads();  // the header read (thread 32) is done; only this block writes its own word
-    if (threadIdx.x == 0) ep.advance(peer, role.c, B, ep.load(peer, role.c));
+    if (threadIdx.x == 0) ep.advance(peer, c, B, ep.load(peer, c));
   }
   if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }
@@ -604,7 +578,6 @@ __global__ void __launch_bounds__(kLLThreads)
 // ----------------------------------------------------------------------------------------------
 inline std::string commonReason(const CommTopology& topo, const CommResources& resources) {
   if (!topo.allPeersIpc) return "needs every peer reachable by CUDA IPC (MemoryChannels)";
-  if (topo.nRanks > 1 && resources.view().channelsPerPeer < 1) return "needs at least one channel per peer";
   return {};
 }
 
@@ -617,10 +590,10 @@ inline int normalizeThreads(int requested, int def, int minThreads, int maxThrea
 struct EngineShape {
   int grid;
   int threads;
-  EngineGeometry geometry;
+  int blocksPerPeer;
 };
 
-// Blocks per peer: config.nBlocks / nPeers if given, else SMs / nPeers; at most channelsPerPeer.
+// Blocks per peer: config.nBlocks / nPeers if given, else SMs / nPeers; at most kEngineLanes.
 inline EngineShape engineShape(const CommResources& resources, const LaunchConfig& config) {
   const CommDeviceView& v = resources.view();
   const CommTopology& topo = resources.topology();
@@ -630,21 +603,15 @@ inline EngineShape engineShape(const CommResources& resources, const LaunchConfi
   int B = 1;
   if (nPeers > 0) {
     const int want = config.nBlocks > 0 ? config.nBlocks / nPeers : std::max(1, topo.smCount) / nPeers;
-    B = std::max(1, std::min(want, std::max(1, v.channelsPerPeer)));
+    B = std::max(1, std::min(want, kEngineLanes));
   }
   s.grid = std::max(1, nPeers * B);
-  EngineGeometry& g = s.geometry;
-  g.blocksPerPeer = B;
-  g.blockStride = (static_cast<uint64_t>(v.scratchBytes) / static_cast<uint64_t>(v.nRanks) / 2 /
-                   static_cast<uint64_t>(B)) &
-                  ~uint64_t{15};
-  g.bufBytes = g.blockStride * static_cast<uint64_t>(B);
-  g.slotBytes = 2 * g.bufBytes;
+  s.blocksPerPeer = B;
   return s;
 }
 
-// Base of the pairwise-engine algorithms: epoch words and (kHeader plans) a header packet region are
-// reserved at initialize(); launchEngine() launches pairwiseKernel<Plan> with the shared shape.
+// Base of the pairwise-engine algorithms: the shared engine streams, epoch words and (kHeader plans) a header
+// packet region are set up at initialize(); launchEngine() launches pairwiseKernel<Plan>.
 class EngineAlgorithm : public Algorithm {
  public:
   EngineAlgorithm(std::string name, Collective collective, bool needsHeader)
@@ -655,15 +622,16 @@ class EngineAlgorithm : public Algorithm {
   void initialize(CommResources& resources) override {
     resources_ = &resources;
     const CommDeviceView& v = resources.view();
+    streams_ = sharedEngineStreams(resources);
     if (needsHeader_ && v.nRanks > 1) {
-      epochs_.stride = std::max(1, v.channelsPerPeer);
+      epochs_.stride = kEngineLanes;
       epochs_.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * epochs_.stride);
       header_ = reservePacketRegion(resources, kHeaderBytes);
     }
   }
 
-  // (n-1) * min(channelsPerPeer, SMs / (n-1)) blocks of kEngineThreads; the same on every rank. Every rank
-  // must launch the same config for a call (the scratch layout depends on the blocks per peer).
+  // (n-1) * min(kEngineLanes, SMs / (n-1)) blocks of kEngineThreads; the same on every rank. Every rank must
+  // launch the same config for a call (both sides of a pair cut the streams by the blocks per peer).
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     if (resources_ == nullptr) return {};
     const EngineShape s = engineShape(*resources_, {});
@@ -676,20 +644,24 @@ class EngineAlgorithm : public Algorithm {
     if (resources_ == nullptr) return "not initialized";
     std::string r = commonReason(topo, *resources_);
     if (!r.empty()) return r;
-    if (engineShape(*resources_, {}).geometry.blockStride < 16)
-      return "scratch buffer too small for the pipeline";
+    if (topo.nRanks > 1 && streams_.pieceMax == 0)
+      return "the packet buffer has no room for the engine's stream buffers (MESHCOMM_PACKET_BYTES)";
     return {};
   }
+
+  const EngineStreams& engineStreams() const { return streams_; }
 
 #if defined(__CUDACC__)
   template <class Plan>
   void launchEngine(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
                     const Plan& plan) {
     const EngineShape s = engineShape(resources, config);
-    MESHCOMM_REQUIRE(s.geometry.blockStride >= 16, "rank ", resources.view().rank, ": ", name_,
-                     ": scratch buffer too small for ", s.geometry.blocksPerPeer, " blocks per peer");
+    MESHCOMM_REQUIRE(resources.view().nRanks < 2 || streams_.pieceMax > 0, "rank ", resources.view().rank,
+                     ": ", name_, ": no engine stream buffers (MESHCOMM_PACKET_BYTES too small)");
+    EngineStreams streams = streams_;
+    streams.blocksPerPeer = s.blocksPerPeer;
     pairwiseKernel<Plan>
-        <<<s.grid, s.threads, 0, args.stream>>>(resources.view(), s.geometry, header_, epochs_, plan);
+        <<<s.grid, s.threads, 0, args.stream>>>(resources.view(), streams, header_, epochs_, plan);
     MESHCOMM_CUDA_CHECK(cudaGetLastError());
   }
 #endif
@@ -699,6 +671,7 @@ class EngineAlgorithm : public Algorithm {
   Collective collective_;
   bool needsHeader_;
   const CommResources* resources_ = nullptr;
+  EngineStreams streams_;
   PacketRegion header_;
   PairEpochs epochs_;
 };

@@ -1,7 +1,6 @@
 // Registration of the built-in reduction algorithms (allreduce, reduce_scatter, reduce). Within a
 // collective, registration order is the selector's fallback preference: the LL (latency) algorithm first,
-// then the scratch-pipelined one, so a call too large for an LL packet region falls through to the
-// pipeline, which supports any size.
+// then the pipelined ones (any size), so a call too large for an LL packet region falls through.
 #include "collectives/algorithms/reduction_common.hpp"
 #include "collectives/builtin.hpp"
 
@@ -14,6 +13,7 @@ void registerReductionAlgorithms(AlgorithmCollection& collection) {
   collection.add(reduction::makeReduceScatterLL());
   collection.add(reduction::makeReduceScatterScratch());
   collection.add(reduction::makeReduceLL());
+  collection.add(reduction::makeReduceChain());
   collection.add(reduction::makeReduceScratch());
 }
 

@@ -150,5 +150,6 @@ std::shared_ptr<Algorithm> makeReduceScatterLL();
 std::shared_ptr<Algorithm> makeReduceScatterScratch();
 std::shared_ptr<Algorithm> makeReduceLL();
 std::shared_ptr<Algorithm> makeReduceScratch();
+std::shared_ptr<Algorithm> makeReduceChain();
 
 }  // namespace meshcomm::reduction

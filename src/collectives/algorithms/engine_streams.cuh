@@ -1,0 +1,232 @@
+// The data-movement stream engine's buffers and counters (EngineStreams), shared by every engine algorithm
+// of a communicator (the pairwise engine of movement_common.cuh, reduce_chain) and persistent across calls,
+// with the piece-level device steps of a stream. docs/collectives.md, "Pairwise stream engine", has the
+// protocol.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "meshcomm/comm_resources.hpp"
+#include "meshcomm/device/atomics.hpp"
+#include "meshcomm/device/comm_device.hpp"
+#include "meshcomm/device/device_error.hpp"
+
+namespace meshcomm::movement {
+
+constexpr uint64_t kMinPieceBytes = 32 << 10;  // smallest per-block piece of a round
+constexpr uint64_t kTargetRounds = 4;          // mid sizes run in about this many rounds
+constexpr int kEngineSlots = 4;                // buffers per (sender, lane): pieces in flight
+constexpr int kEngineLanes = 64;               // lanes per (sender, receiver): the most blocks per peer
+
+MESHCOMM_HOST_DEVICE_INLINE uint64_t divUp(uint64_t a, uint64_t b) {
+  return (a + b - 1) / b;
+}
+MESHCOMM_HOST_DEVICE_INLINE uint64_t roundUp16(uint64_t a) {
+  return (a + 15) & ~uint64_t{15};
+}
+MESHCOMM_HOST_DEVICE_INLINE uint64_t minU(uint64_t a, uint64_t b) {
+  return a < b ? a : b;
+}
+MESHCOMM_HOST_DEVICE_INLINE uint64_t maxU(uint64_t a, uint64_t b) {
+  return a > b ? a : b;
+}
+
+// ---- pairwise engine streams
+// -------------------------------------------------------------------------------- The engine's state, shared
+// by every engine algorithm of a communicator (CommResources::sharedState) and persistent across calls, in a
+// region of every rank's packet buffer (mapped on every peer):
+//   buffers:  [sender slot n][lane kEngineLanes][buf kEngineSlots][pieceMax]   (pieces from sender land here)
+//   counters: [from rank n][lane kEngineLanes][data, credit] uint64
+// plus two local arrays of device words [peer][lane]: pieces sent to / consumed from that peer on that lane,
+// over all calls. Block c of a pair uses lane c (blocksPerPeer <= kEngineLanes). Rank S's piece number g
+// (counted over all calls) to rank R on lane c goes into buf g % K of R's slot [S], lane c, once S has seen
+// its credit counter from R reach g - K + 1 (R has consumed piece g - K); then S adds 1 to R's data counter
+// from S. R waits for that counter to reach g + 1, copies the piece out and adds 1 to S's credit counter
+// from R (NCCL's head/tail protocol). The counters persist, so a call needs no opening handshake, and no
+// other algorithm touches the region.
+struct EngineStreams {
+  uint64_t bufOffset = 0;        // of the buffers in every rank's packet buffer
+  uint64_t counterOffset = 0;    // of the counters in every rank's packet buffer
+  uint64_t pieceMax = 0;         // bytes of one buffer (multiple of 16; 0: no engine region)
+  uint64_t* sent = nullptr;      // [nRanks][kEngineLanes], local
+  uint64_t* consumed = nullptr;  // [nRanks][kEngineLanes], local
+  int blocksPerPeer = 1;         // of this launch
+
+  // Per-block piece of a round for a pair whose larger direction carries maxBytes: big enough to amortise
+  // the per-piece fence and counter update, small enough that mid sizes pipeline over ~kTargetRounds rounds.
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t pieceCap(uint64_t maxBytes) const {
+    const uint64_t want = roundUp16(divUp(maxBytes, static_cast<uint64_t>(blocksPerPeer) * kTargetRounds));
+    return minU(pieceMax, maxU(kMinPieceBytes, want));
+  }
+
+#if defined(__CUDACC__)
+  // Counter `which` (0 data, 1 credit) in rank `at`'s region that rank `from` advances for lane `lane`.
+  MESHCOMM_DEVICE_INLINE uint64_t* counter(const CommDeviceView& v, int at, int from, int lane,
+                                           int which) const {
+    return reinterpret_cast<uint64_t*>(static_cast<char*>(v.peerPackets[at]) + counterOffset) +
+           (static_cast<uint64_t>(from) * kEngineLanes + static_cast<uint64_t>(lane)) * 2 + which;
+  }
+  // The buffer of piece g from `sender` on `lane` in rank `at`'s region.
+  MESHCOMM_DEVICE_INLINE char* buffer(const CommDeviceView& v, int at, int sender, int lane,
+                                      uint64_t g) const {
+    return static_cast<char*>(v.peerPackets[at]) + bufOffset +
+           ((static_cast<uint64_t>(sender) * kEngineLanes + static_cast<uint64_t>(lane)) * kEngineSlots +
+            g % kEngineSlots) *
+               pieceMax;
+  }
+#endif
+};
+
+struct Piece {
+  uint64_t off;
+  uint64_t len;
+};
+
+// Block c's piece of round t of a stream of `bytes`: the round's range split evenly (16-byte multiples).
+MESHCOMM_HOST_DEVICE_INLINE Piece roundPiece(uint64_t bytes, uint64_t t, uint64_t roundBytes, int B, int c) {
+  const uint64_t rs = t * roundBytes;
+  if (rs >= bytes) return {rs, 0};
+  const uint64_t rl = minU(roundBytes, bytes - rs);
+  const uint64_t per = roundUp16(divUp(rl, static_cast<uint64_t>(B)));
+  const uint64_t off = rs + per * static_cast<uint64_t>(c);
+  if (off >= rs + rl) return {off, 0};
+  return {off, minU(per, rs + rl - off)};
+}
+
+#if defined(__CUDACC__)
+// Acquire spin until *word reaches target (wrap-safe); false on timeout/abort (reported through ctx).
+MESHCOMM_DEVICE_INLINE bool spinAtLeast(const uint64_t* word, uint64_t target, const SpinContext& ctx) {
+  return device::spinUntil(
+      [&](uint64_t& seen) {
+        seen = device::loadAcquireSys(word);
+        return device::reached(seen, target);
+      },
+      ctx, DeviceOp::SemaphoreWait, target);
+}
+
+// Piece-level steps of one stream (thread 0 of the block; the block synchronises around them):
+// Sender, before writing piece g into es.buffer(v, to, rank, lane, g): acquire — the receiver has copied
+// piece g - K out of that buffer.
+MESHCOMM_DEVICE_INLINE bool awaitCredit(const EngineStreams& es, const CommDeviceView& v, int to, int lane,
+                                        uint64_t g, const SpinContext& ctx) {
+  return g < kEngineSlots || spinAtLeast(es.counter(v, v.rank, to, lane, 1), g - kEngineSlots + 1, ctx);
+}
+// Sender, after the block's writes of a piece and __syncthreads(): release — publishes the piece.
+MESHCOMM_DEVICE_INLINE void publishPiece(const EngineStreams& es, const CommDeviceView& v, int to, int lane) {
+  device::redAddReleaseSys(es.counter(v, to, v.rank, lane, 0), 1);
+}
+// Receiver, before reading piece g from es.buffer(v, rank, from, lane, g): acquire — the piece is there.
+MESHCOMM_DEVICE_INLINE bool awaitPiece(const EngineStreams& es, const CommDeviceView& v, int from, int lane,
+                                       uint64_t g, const SpinContext& ctx) {
+  return spinAtLeast(es.counter(v, v.rank, from, lane, 0), g + 1, ctx);
+}
+// Receiver, after the block's reads of a piece and __syncthreads(): release — the buffer may be refilled.
+MESHCOMM_DEVICE_INLINE void releasePiece(const EngineStreams& es, const CommDeviceView& v, int from,
+                                         int lane) {
+  device::redAddReleaseSys(es.counter(v, from, v.rank, lane, 1), 1);
+}
+
+#endif
+
+// ---- chains -----------------------------------------------------------------------------------------------
+// A chain passes every piece of a message from rank to rank (reduce_chain towards the root, broadcast_chain
+// away from it): block c of every rank drives lane c; the grid (B blocks) is the same on every rank.
+// Position k of rank r in a chain that ends (reduce) or starts (broadcast) at the root: (r - root) mod n.
+struct ChainLinks {
+  int up;    // the rank this one receives pieces from (-1: none, the chain's head)
+  int down;  // the rank it sends pieces to (-1: none, the chain's tail)
+};
+
+#if defined(__CUDACC__)
+// Runs block c's lane of a chain over a message of `bytes` in rounds of `roundBytes` (its piece of round s
+// is roundPiece(bytes, s, roundBytes, B, c)): per piece, thread 0 acquires the upstream piece and the
+// downstream credit; the block calls step(piece, upstream buffer or null, downstream buffer or null) (weak
+// loads and stores); after __syncthreads() thread 0 publishes the piece downstream and frees the upstream
+// buffer (both release). The lane's piece counters advance by the pieces of this call. A failed spin
+// (timeout/abort) ends the lane; the communicator is then dead. Blocks of neighbouring ranks wait on each
+// other: the grid must be co-resident.
+template <class Step>
+MESHCOMM_DEVICE_INLINE void runChainLane(const EngineStreams& es, const CommDeviceView& v, ChainLinks l,
+                                         uint64_t bytes, uint64_t roundBytes, const SpinContext& ctx,
+                                         Step&& step) {
+  const int c = blockIdx.x, B = gridDim.x;
+  const uint64_t T = divUp(bytes, roundBytes);
+  uint64_t* consumedWord = l.up >= 0 ? es.consumed + static_cast<uint64_t>(l.up) * kEngineLanes + c : nullptr;
+  uint64_t* sentWord = l.down >= 0 ? es.sent + static_cast<uint64_t>(l.down) * kEngineLanes + c : nullptr;
+  const uint64_t in0 = consumedWord ? *consumedWord : 0;  // written by earlier launches only
+  const uint64_t out0 = sentWord ? *sentWord : 0;
+  int ok = 1;
+  for (uint64_t s = 0; s < T; ++s) {
+    if (threadIdx.x == 0) {
+      if (l.up >= 0) ok = awaitPiece(es, v, l.up, c, in0 + s, ctx) ? 1 : 0;
+      if (ok && l.down >= 0) ok = awaitCredit(es, v, l.down, c, out0 + s, ctx) ? 1 : 0;
+    }
+    if (!(ok = __syncthreads_and(ok))) break;
+    const Piece p = roundPiece(bytes, s, roundBytes, B, c);
+    if (p.len > 0) {
+      step(p, l.up >= 0 ? es.buffer(v, v.rank, l.up, c, in0 + s) : nullptr,
+           l.down >= 0 ? es.buffer(v, l.down, v.rank, c, out0 + s) : nullptr);
+    }
+    __syncthreads();  // the block's reads of the upstream piece and writes of the downstream one are done
+    if (threadIdx.x == 0) {
+      if (l.down >= 0) publishPiece(es, v, l.down, c);
+      if (l.up >= 0) releasePiece(es, v, l.up, c);
+    }
+  }
+  if (ok && threadIdx.x == 0) {
+    if (consumedWord) *consumedWord = in0 + T;
+    if (sentWord) *sentWord = out0 + T;
+  }
+}
+
+// The timeout context of a chain lane (names this rank and a neighbour).
+MESHCOMM_DEVICE_INLINE SpinContext chainSpinContext(const CommDeviceView& v, ChainLinks l) {
+  if (l.up < 0 && l.down < 0) return SpinContext{nullptr, 0, v.rank, v.rank};
+  return device::channelRef(v, l.up >= 0 ? l.up : l.down, 0).semaphore.spin;
+}
+#endif
+
+// Blocks of a chain launch: one per kMinPieceBytes of the message, at most kEngineLanes and the SM count.
+inline int chainBlocks(uint64_t bytes, int smCount) {
+  const uint64_t want = divUp(bytes, kMinPieceBytes);
+  return static_cast<int>(std::max<uint64_t>(
+      1, std::min<uint64_t>({want, uint64_t{kEngineLanes}, static_cast<uint64_t>(std::max(1, smCount))})));
+}
+
+// The engine state every engine algorithm of a communicator shares (created by the first one initialized):
+// its packet-buffer region (half of MESHCOMM_PACKET_BYTES, or what is left if less: buffers + counters, the
+// same offsets on every rank since every rank initializes the same algorithms in the same order) and the
+// local piece counters. pieceMax stays 0 (the engine algorithms decline, naming MESHCOMM_PACKET_BYTES) when
+// not even 16 bytes per buffer are left.
+inline EngineStreams sharedEngineStreams(CommResources& resources) {
+  std::shared_ptr<void>& slot = resources.sharedState("movement.engine_streams");
+  if (!slot) {
+    auto st = std::make_shared<EngineStreams>();
+    const CommDeviceView& v = resources.view();
+    const uint64_t n = static_cast<uint64_t>(v.nRanks);
+    if (n > 1) {
+      const uint64_t counterBytes = n * kEngineLanes * 2 * sizeof(uint64_t);
+      constexpr uint64_t kAlignmentSlack = 2 * 256;  // two regions at reservePacketRegion's alignment
+      const uint64_t free = resources.packetBytesFree();
+      const uint64_t budget = std::min<uint64_t>(static_cast<uint64_t>(v.packetBytes) / 2,
+                                                 free > kAlignmentSlack ? free - kAlignmentSlack : 0);
+      const uint64_t perBuffer =
+          budget > counterBytes ? (budget - counterBytes) / (n * kEngineLanes * kEngineSlots) : 0;
+      st->pieceMax = perBuffer & ~uint64_t{15};
+      if (st->pieceMax > 0) {
+        st->counterOffset = resources.reservePacketRegion(counterBytes);
+        st->bufOffset = resources.reservePacketRegion(st->pieceMax * n * kEngineLanes * kEngineSlots);
+        st->sent = resources.allocateDeviceWords(n * kEngineLanes);
+        st->consumed = resources.allocateDeviceWords(n * kEngineLanes);
+      }
+    }
+    slot = st;
+  }
+  return *std::static_pointer_cast<EngineStreams>(slot);
+}
+
+}  // namespace meshcomm::movement

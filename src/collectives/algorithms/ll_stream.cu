@@ -1,0 +1,283 @@
+// sendrecv_ll and alltoallv_ll (host-side counts): per-pair byte streams as LL16 packets for the pairs whose
+// larger direction fits the LL capacity, the pairwise engine (pairwiseKernel) for the others, in one
+// algorithm so that both sides of every pair take the same path (ll_stream.hpp says how; docs/collectives.md,
+// "LL streams", has the whole design).
+//
+// LL pair (rank, p), per call, block (p, c) of llStreamKernel:
+//   send part: block c == 0 writes the header {bytes I send to p, signature} as 2 packets at the start of
+//              p's region, slot [rank], half (pair epoch & 1); every block writes its share of my send
+//              stream for p as LL16 packets after the header (packet k = stream bytes [8k, 8k+8)).
+//   recv part: thread 0 reads p's header from my region, slot [p] (every block: each needs p's byte count);
+//              block c == 0 reports a mismatch (expected = my receive bytes, observed = p's); every block
+//              unpacks its share of min(mine, p's) bytes into my receive stream; then the pair epoch
+//              advances (PairEpochs, as the LL exchange).
+// The header guarantees >= 1 packet each way per LL pair and call (the half-reuse argument of PairEpochs).
+#include <memory>
+
+#include "collectives/algorithms/ll_stream.hpp"
+#include "collectives/algorithms/movement_algorithms.hpp"
+#include "collectives/algorithms/movement_common.cuh"
+
+namespace meshcomm::movement {
+namespace {
+
+constexpr uint64_t kPk = LL16Packet::kPayloadBytes;
+
+// The LL pairs of one launch: block b serves peers[b / blocksPerPeer] with index b % blocksPerPeer; blocks
+// past nPeers * blocksPerPeer only do their share of the self copy.
+struct LLStreamGrid {
+  int8_t peers[kLLStreamMaxRanks];
+  int nPeers;
+  int blocksPerPeer;
+  uint32_t parts;  // LLStreamPart bits
+};
+
+// Writes packets [pk0, pk1) of the byte stream into dst[k] with `flag`; whole block. Packets inside one
+// segment go through device::putPackets (weak loads; each packet one 16-byte volatile store of payload and
+// flag, no fence: the flag publishes the payload); a packet that an operation boundary cuts is assembled
+// by one thread (gatherPacket) and written the same way.
+__device__ void putPacketsOf(const SegStream& s, LL16Packet* dst, uint64_t pk0, uint64_t pk1, uint32_t flag) {
+  walkPackets(
+      s.segs, s.n, s.bytes, pk0, pk1,
+      [&](int i, uint64_t lo, uint64_t kLo, uint64_t kHi) {
+        device::putPackets(dst + kLo, s.segs[i].ptr + (kLo * kPk - lo), (kHi - kLo) * kPk, flag, threadIdx.x,
+                           blockDim.x);
+        return true;
+      },
+      [&](int i, uint64_t lo, uint64_t k) {
+        if (threadIdx.x == static_cast<uint32_t>(i) % blockDim.x) {
+          uint32_t v1, v2;
+          gatherPacket(s.segs, s.n, i, lo, k, v1, v2);
+          dst[k].write(v1, v2, flag);
+        }
+        return true;
+      });
+}
+// Contiguous stream: device::putPackets over the range (same memory order).
+__device__ void putPacketsOf(const ContigStream& s, LL16Packet* dst, uint64_t pk0, uint64_t pk1,
+                             uint32_t flag) {
+  const uint64_t off = pk0 * kPk;
+  device::putPackets(dst + pk0, s.ptr + off, minU(s.bytes, pk1 * kPk) - off, flag, threadIdx.x, blockDim.x);
+}
+
+// Unpacks packets [pk0, pk1) from src[k] into the stream, writing stream bytes below `limit` only; each
+// thread spins on its own packets (acquire by flag: each packet is one 16-byte volatile load that sees
+// payload and flag together), weak stores. False when a spin failed (timeout or abort, recorded via ctx).
+__device__ bool getPacketsOf(const SegStream& s, const LL16Packet* src, uint64_t limit, uint64_t pk0,
+                             uint64_t pk1, uint32_t flag, const SpinContext& ctx) {
+  return walkPackets(
+      s.segs, s.n, limit, pk0, pk1,
+      [&](int i, uint64_t lo, uint64_t kLo, uint64_t kHi) {
+        return device::getPackets(s.segs[i].ptr + (kLo * kPk - lo), src + kLo, (kHi - kLo) * kPk, flag,
+                                  threadIdx.x, blockDim.x, ctx);
+      },
+      [&](int i, uint64_t lo, uint64_t k) {
+        if (threadIdx.x != static_cast<uint32_t>(i) % blockDim.x) return true;
+        uint32_t v1 = 0, v2 = 0;
+        const bool ok = device::spinUntil(
+            [&](uint64_t& seen) {
+              const bool r = src[k].tryRead(flag, v1, v2);
+              seen = v1;
+              return r;
+            },
+            ctx, DeviceOp::PacketRead, flag);
+        if (ok) scatterPacket(s.segs, s.n, i, lo, k, limit, v1, v2);
+        return ok;
+      });
+}
+// Contiguous stream: device::getPackets over the range (same memory order).
+__device__ bool getPacketsOf(const ContigStream& s, const LL16Packet* src, uint64_t limit, uint64_t pk0,
+                             uint64_t pk1, uint32_t flag, const SpinContext& ctx) {
+  const uint64_t off = pk0 * kPk;
+  return device::getPackets(s.ptr + off, src + pk0, minU(limit, pk1 * kPk) - off, flag, threadIdx.x,
+                            blockDim.x, ctx);
+}
+
+// One launch of the LL part of a call (parts: send, self copy, receive; see the top of this file).
+// Memory order: LL packets only (payload and flag in one 16-byte store, readers spin on the flag; no
+// fence, no semaphore); the epoch words are written by thread 0 after __syncthreads() once every packet read
+// of the block is done, and read by the next launch (kernel boundary). A failed spin ends the block's reads;
+// the block still advances its epoch (the communicator is dead then: the error is fatal).
+template <class Plan>
+__global__ void __launch_bounds__(kLLThreads)
+    llStreamKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, LLStreamGrid g,
+                   const __grid_constant__ Plan plan) {
+  __shared__ uint64_t sPeerBytes, sPeerSig;
+  __shared__ int sOk;
+  const int B = g.blocksPerPeer;
+  const int b = static_cast<int>(blockIdx.x);
+  const int peer = b < g.nPeers * B ? g.peers[b / B] : -1;
+  const int c = b % B;
+  uint64_t epoch = 0;
+  uint32_t flag = 0;
+  if (peer >= 0) {
+    epoch = ep.load(peer, c);
+    flag = llFlag(epoch);
+  }
+  if (peer >= 0 && (g.parts & kPartSend)) {
+    auto* out = reinterpret_cast<LL16Packet*>(r.outbox(v, peer, epoch & 1));
+    const auto send = plan.send(v, peer);
+    if (c == 0 && threadIdx.x == 0)
+      writeHeader(reinterpret_cast<char*>(out), send.bytes, plan.sendSig(peer), flag);
+    const PacketRange pr = llPacketRange(send.bytes, B, c);
+    if (pr.pk0 < pr.pk1) putPacketsOf(send, out + kLLStreamHeaderPackets, pr.pk0, pr.pk1, flag);
+  }
+  if (g.parts & kPartSelf) plan.selfCopy(v, blockIdx.x, gridDim.x);
+  if (peer < 0 || !(g.parts & kPartRecv)) return;
+
+  const SpinContext ctx = device::channelRef(v, peer, 0).semaphore.spin;
+  const auto* in = reinterpret_cast<const LL16Packet*>(r.inbox(v, peer, epoch & 1));
+  if (threadIdx.x == 0) {
+    uint64_t bytes = 0, sig = 0;
+    sOk = readHeader(reinterpret_cast<const char*>(in), flag, ctx, bytes, sig) ? 1 : 0;
+    sPeerBytes = bytes;
+    sPeerSig = sig;
+  }
+  __syncthreads();
+  if (sOk) {
+    const auto recv = plan.recv(v, peer);
+    const uint64_t peerBytes = sPeerBytes;
+    if (c == 0 && threadIdx.x == 0 && (peerBytes != recv.bytes || sPeerSig != plan.recvSig(peer)))
+      reportMismatch(ctx, peer, recv.bytes, peerBytes);
+    // Never past my receive buffers; <= the LL capacity, since this pair is LL: recv.bytes <= capacity.
+    const uint64_t limit = minU(peerBytes, recv.bytes);
+    const PacketRange pr = llPacketRange(limit, B, c);
+    // A false return (timeout / abort) is recorded; the block just finishes.
+    if (pr.pk0 < pr.pk1) getPacketsOf(recv, in + kLLStreamHeaderPackets, limit, pr.pk0, pr.pk1, flag, ctx);
+  }
+  __syncthreads();  // every packet read of this block is done before the epoch moves on
+  if (threadIdx.x == 0) ep.advance(peer, c, B, epoch);
+}
+
+// pairwiseKernel's view of a split call: the plan restricted to the pairs the LL kernels do not run.
+// active: pure (reads the by-value plan); selfCopy: Plan::selfCopy (weak local copy) when selfHere.
+template <class Plan>
+struct ScratchPairs : Plan {
+  uint32_t llPairs;  // bit p: pair (rank, p) runs in the LL kernels
+  bool selfHere;     // this launch does the self copy
+  __device__ bool active(const CommDeviceView& v, int p) const {
+    return !((llPairs >> p) & 1u) && Plan::active(v, p);
+  }
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
+    if (selfHere) Plan::selfCopy(v, part, nParts);
+  }
+};
+
+// Base of sendrecv_ll and alltoallv_ll: the pairwise engine (header region, epochs, default config: the
+// engine's, identical on every rank) plus an LL region [2][n][llStreamSlotBytes(capacity)] and its pair
+// epochs. Supports every size: pairs above the capacity run in the engine.
+class LLStreamAlgorithm : public EngineAlgorithm {
+ public:
+  LLStreamAlgorithm(std::string name, Collective collective)
+      : EngineAlgorithm(std::move(name), collective, /*needsHeader=*/true) {}
+
+  void initialize(CommResources& resources) override {
+    EngineAlgorithm::initialize(resources);
+    const CommDeviceView& v = resources.view();
+    if (v.nRanks < 2) return;
+    for (uint64_t capacity : kLLStreamCapacities) {
+      try {
+        region_ = reservePacketRegion(resources, llStreamSlotBytes(capacity));
+        capacity_ = capacity;
+        break;
+      } catch (const std::exception&) {
+        // the packet buffer cannot hold this capacity; try a smaller one (same outcome on every rank)
+      }
+    }
+    if (capacity_ == 0) return;  // no LL region: every pair runs in the pipeline (still correct)
+    epochs_.stride = kLLMaxBlocksPerPeer;
+    epochs_.words = resources.allocateDeviceWords(static_cast<size_t>(v.nRanks) * kLLMaxBlocksPerPeer);
+  }
+
+ protected:
+  // Launches a call: the LL kernel(s) and/or the pipeline (planLaunches). `bytes` is this rank's view of
+  // the call (pairBytes of the plan).
+  template <class Plan>
+  void launchStreams(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+                     const Plan& plan, const PairBytes& bytes) {
+    const CommDeviceView& v = resources.view();
+    const PairSplit split = splitPairs(v.rank, v.nRanks, bytes, capacity_);
+    const StreamLaunches launches = planLaunches(split, bytes.self);
+    const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
+    const LLStreamShape shape = llStreamShape(split, bytes.selfBytes, threads, resources.topology());
+    LLStreamGrid g{};
+    for (int i = 0; i < split.nLL; ++i) g.peers[i] = static_cast<int8_t>(split.llPeers[i]);
+    g.nPeers = split.nLL;
+    g.blocksPerPeer = shape.blocksPerPeer;
+    auto launchLL = [&](uint32_t parts) {
+      g.parts = parts;
+      llStreamKernel<Plan>
+          <<<llStreamBlocks(shape, parts), threads, 0, args.stream>>>(v, region_, epochs_, g, plan);
+      MESHCOMM_CUDA_CHECK(cudaGetLastError());
+    };
+    if (launches.before) launchLL(launches.before);
+    if (launches.engine)
+      launchEngine(resources, args, config, ScratchPairs<Plan>{plan, split.llPairs, launches.engineSelf});
+    if (launches.after) launchLL(launches.after);
+  }
+
+ private:
+  PacketRegion region_;
+  PairEpochs epochs_;
+  uint64_t capacity_ = 0;
+};
+
+class SendRecvLL : public LLStreamAlgorithm {
+ public:
+  SendRecvLL() : LLStreamAlgorithm("sendrecv_ll", Collective::SendRecv) {}
+  // Depends only on the topology and on limits an error on any rank (as sendrecv_scratch).
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    std::string r = engineReason(topo);
+    if (!r.empty()) return r;
+    return sendRecvLimitsReason(args, topo.nRanks);
+  }
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    const CommDeviceView& v = resources.view();
+    const SendRecvPlan plan = makeSendRecvPlan(args, v.rank, v.nRanks);
+    if (args.numP2POps == 0) return;
+    launchStreams(resources, args, config, plan, pairBytes(plan, v.rank, v.nRanks));
+  }
+};
+
+class AllToAllvLL : public LLStreamAlgorithm {
+ public:
+  AllToAllvLL() : LLStreamAlgorithm("alltoallv_ll", Collective::AllToAllv) {}
+  // Every reason depends on arguments every rank passes alike (counts location, in place) or on the
+  // topology, so all ranks accept or decline a call together.
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    std::string r = engineReason(topo);
+    if (!r.empty()) return r;
+    if (args.input == args.output && args.input != nullptr) return "in-place alltoallv is not supported";
+    if (args.countsLocation == CountsLocation::Device) {
+      return "device-side counts: the host cannot see the sizes that choose LL or the pipeline per pair "
+             "(alltoallv_scratch runs them)";
+    }
+    if (topo.nRanks > kMaxHostCountRanks) {
+      return detail::concat("host-side counts support at most ", kMaxHostCountRanks, " ranks");
+    }
+    return {};
+  }
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    const CommDeviceView& v = resources.view();
+    MESHCOMM_REQUIRE(args.countsLocation == CountsLocation::Host, "rank ", v.rank,
+                     ": alltoallv_ll: device-side counts are not supported (alltoallv_scratch runs them)");
+    AllToAllPlan<HostCounts> plan;
+    plan.input = const_cast<char*>(static_cast<const char*>(args.input));
+    plan.output = static_cast<char*>(args.output);
+    plan.counts = makeHostCounts(args, v.rank, v.nRanks);
+    launchStreams(resources, args, config, plan, pairBytes(plan.counts, v.rank, v.nRanks));
+  }
+};
+
+}  // namespace
+
+std::shared_ptr<Algorithm> makeSendRecvLL() {
+  return std::make_shared<SendRecvLL>();
+}
+std::shared_ptr<Algorithm> makeAllToAllvLL() {
+  return std::make_shared<AllToAllvLL>();
+}
+
+}  // namespace meshcomm::movement
