@@ -40,7 +40,7 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"MESHCOMM_SCRATCH_BYTES", EnvType::Int, "134217728",
        "Bytes of registered scratch memory per rank that the scratch reduction pipelines share (mapped on "
        "every peer)."},
-      {"MESHCOMM_PACKET_BYTES", EnvType::Int, "268435456",
+      {"MESHCOMM_PACKET_BYTES", EnvType::Int, "335544320",
        "Bytes of the registered packet buffer per rank (mapped on every peer): the data-movement engine's "
        "stream buffers take half, LL algorithms reserve their regions of the rest."},
       {"MESHCOMM_CHANNELS_PER_PEER", EnvType::Int, "128",

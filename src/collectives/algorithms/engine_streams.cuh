@@ -20,7 +20,7 @@ namespace meshcomm::movement {
 constexpr uint64_t kMinPieceBytes = 32 << 10;  // smallest per-block piece of a round
 constexpr uint64_t kTargetRounds = 4;          // mid sizes run in about this many rounds
 constexpr int kEngineSlots = 4;                // buffers per (sender, lane): pieces in flight
-constexpr int kEngineLanes = 64;               // lanes per (sender, receiver): the most blocks per peer
+constexpr int kEngineLanes = 128;              // lanes per (sender, receiver): the most blocks per peer
 
 MESHCOMM_HOST_DEVICE_INLINE uint64_t divUp(uint64_t a, uint64_t b) {
   return (a + b - 1) / b;
@@ -35,19 +35,38 @@ MESHCOMM_HOST_DEVICE_INLINE uint64_t maxU(uint64_t a, uint64_t b) {
   return a > b ? a : b;
 }
 
-// ---- pairwise engine streams
-// -------------------------------------------------------------------------------- The engine's state, shared
-// by every engine algorithm of a communicator (CommResources::sharedState) and persistent across calls, in a
-// region of every rank's packet buffer (mapped on every peer):
-//   buffers:  [sender slot n][lane kEngineLanes][buf kEngineSlots][pieceMax]   (pieces from sender land here)
+// ---- engine streams
+// ----------------------------------------------------------------------------------------- The engine's
+// state, shared by every engine algorithm of a communicator (CommResources::sharedState) and persistent
+// across calls, in a region of every rank's packet buffer (mapped on every peer):
+//   buffers:  per sender slot s (s != this rank, in rank order), engineLanes(n, s, r) lanes of
+//             [buf kEngineSlots][pieceMax]                                (pieces from s land here)
 //   counters: [from rank n][lane kEngineLanes][data, credit] uint64
 // plus two local arrays of device words [peer][lane]: pieces sent to / consumed from that peer on that lane,
-// over all calls. Block c of a pair uses lane c (blocksPerPeer <= kEngineLanes). Rank S's piece number g
-// (counted over all calls) to rank R on lane c goes into buf g % K of R's slot [S], lane c, once S has seen
-// its credit counter from R reach g - K + 1 (R has consumed piece g - K); then S adds 1 to R's data counter
-// from S. R waits for that counter to reach g + 1, copies the piece out and adds 1 to S's credit counter
-// from R (NCCL's head/tail protocol). The counters persist, so a call needs no opening handshake, and no
-// other algorithm touches the region.
+// over all calls. Block c of a pair uses lane c. Rank S's piece number g (counted over all calls) to rank R
+// on lane c goes into buf g % K of R's slot [S], lane c, once S has seen its credit counter from R reach
+// g - K + 1 (R has consumed piece g - K); then S adds 1 to R's data counter from S. R waits for that counter
+// to reach g + 1, copies the piece out and adds 1 to S's credit counter from R (NCCL's head/tail protocol).
+// The counters persist, so a call needs no opening handshake, and no other algorithm touches the region.
+//
+// Lanes of sender s in receiver r's region: chain neighbours (s = r +- 1 mod n; reduce_chain and
+// broadcast_chain stream between neighbours with up to kEngineLanes blocks) get kEngineLanes, other peers
+// kEngineLanes / (n - 1) (the pairwise engine runs every peer at once, at most that many blocks each).
+MESHCOMM_HOST_DEVICE_INLINE int engineLanes(int n, int s, int r) {
+  const int d = (s - r + n) % n;
+  return d == 1 || d == n - 1 ? kEngineLanes : kEngineLanes / (n - 1);
+}
+// Blocks per peer the pairwise engine may use: the lanes every pair has.
+MESHCOMM_HOST_DEVICE_INLINE int pairwiseLanes(int n) {
+  return n <= 3 ? kEngineLanes : kEngineLanes / (n - 1);
+}
+// Lanes of every rank's region (the same for every receiver).
+MESHCOMM_HOST_DEVICE_INLINE uint64_t totalEngineLanes(int n) {
+  uint64_t t = 0;
+  for (int s = 1; s < n; ++s) t += static_cast<uint64_t>(engineLanes(n, s, 0));
+  return t;
+}
+
 struct EngineStreams {
   uint64_t bufOffset = 0;        // of the buffers in every rank's packet buffer
   uint64_t counterOffset = 0;    // of the counters in every rank's packet buffer
@@ -73,10 +92,11 @@ struct EngineStreams {
   // The buffer of piece g from `sender` on `lane` in rank `at`'s region.
   MESHCOMM_DEVICE_INLINE char* buffer(const CommDeviceView& v, int at, int sender, int lane,
                                       uint64_t g) const {
+    uint64_t slot = 0;  // lanes of the senders before `sender` in `at`'s region
+    for (int t = 0; t < sender; ++t)
+      if (t != at) slot += static_cast<uint64_t>(engineLanes(v.nRanks, t, at));
     return static_cast<char*>(v.peerPackets[at]) + bufOffset +
-           ((static_cast<uint64_t>(sender) * kEngineLanes + static_cast<uint64_t>(lane)) * kEngineSlots +
-            g % kEngineSlots) *
-               pieceMax;
+           ((slot + static_cast<uint64_t>(lane)) * kEngineSlots + g % kEngineSlots) * pieceMax;
   }
 #endif
 };
@@ -214,12 +234,12 @@ inline EngineStreams sharedEngineStreams(CommResources& resources) {
       const uint64_t free = resources.packetBytesFree();
       const uint64_t budget = std::min<uint64_t>(static_cast<uint64_t>(v.packetBytes) / 2,
                                                  free > kAlignmentSlack ? free - kAlignmentSlack : 0);
-      const uint64_t perBuffer =
-          budget > counterBytes ? (budget - counterBytes) / (n * kEngineLanes * kEngineSlots) : 0;
+      const uint64_t lanes = totalEngineLanes(v.nRanks);
+      const uint64_t perBuffer = budget > counterBytes ? (budget - counterBytes) / (lanes * kEngineSlots) : 0;
       st->pieceMax = perBuffer & ~uint64_t{15};
       if (st->pieceMax > 0) {
         st->counterOffset = resources.reservePacketRegion(counterBytes);
-        st->bufOffset = resources.reservePacketRegion(st->pieceMax * n * kEngineLanes * kEngineSlots);
+        st->bufOffset = resources.reservePacketRegion(st->pieceMax * lanes * kEngineSlots);
         st->sent = resources.allocateDeviceWords(n * kEngineLanes);
         st->consumed = resources.allocateDeviceWords(n * kEngineLanes);
       }

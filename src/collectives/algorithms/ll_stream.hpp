@@ -26,7 +26,7 @@ static_assert(kLLStreamMaxRanks >= kMaxP2PRanks && kLLStreamMaxRanks >= kMaxHost
 // the first whose region [2][n][slot] the packet buffer still holds is the per-pair threshold. 128 KiB is
 // the alltoall_ll crossover per peer on 4x H200 (512 KiB at n = 4); the region then takes 2 MiB at n = 4,
 // 4 MiB at n = 8.
-constexpr uint64_t kLLStreamCapacities[] = {128u << 10, 64u << 10, 32u << 10, 16u << 10};
+constexpr uint64_t kLLStreamCapacities[] = {256u << 10, 128u << 10, 64u << 10, 32u << 10, 16u << 10};
 constexpr uint64_t kLLStreamHeaderPackets = 2;             // {bytes, signature}, as writeHeader/readHeader
 constexpr uint64_t kLLStreamSelfBytesPerBlock = 64 << 10;  // self copy: about this much per block
 

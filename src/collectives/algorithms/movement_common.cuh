@@ -593,7 +593,7 @@ struct EngineShape {
   int blocksPerPeer;
 };
 
-// Blocks per peer: config.nBlocks / nPeers if given, else SMs / nPeers; at most kEngineLanes.
+// Blocks per peer: config.nBlocks / nPeers if given, else SMs / nPeers; at most pairwiseLanes(n).
 inline EngineShape engineShape(const CommResources& resources, const LaunchConfig& config) {
   const CommDeviceView& v = resources.view();
   const CommTopology& topo = resources.topology();
@@ -603,7 +603,7 @@ inline EngineShape engineShape(const CommResources& resources, const LaunchConfi
   int B = 1;
   if (nPeers > 0) {
     const int want = config.nBlocks > 0 ? config.nBlocks / nPeers : std::max(1, topo.smCount) / nPeers;
-    B = std::max(1, std::min(want, kEngineLanes));
+    B = std::max(1, std::min(want, pairwiseLanes(v.nRanks)));
   }
   s.grid = std::max(1, nPeers * B);
   s.blocksPerPeer = B;
@@ -630,8 +630,8 @@ class EngineAlgorithm : public Algorithm {
     }
   }
 
-  // (n-1) * min(kEngineLanes, SMs / (n-1)) blocks of kEngineThreads; the same on every rank. Every rank must
-  // launch the same config for a call (both sides of a pair cut the streams by the blocks per peer).
+  // (n-1) * min(pairwiseLanes(n), SMs / (n-1)) blocks of kEngineThreads; the same on every rank. Every rank
+  // must launch the same config for a call (both sides of a pair cut the streams by the blocks per peer).
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     if (resources_ == nullptr) return {};
     const EngineShape s = engineShape(*resources_, {});
