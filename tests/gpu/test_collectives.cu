@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "collective_check.hpp"
+#include "collectives/algorithms/ll_stream.hpp"
 #include "gpu_test_env.hpp"
 #include "meshcomm/comm.hpp"
 #include "meshcomm/env.hpp"
@@ -1103,14 +1104,17 @@ TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
     bool alltoallv;
     uint64_t sent, expected;  // bytes rank 0 sends to rank 1 / rank 1 expects from rank 0
   };
+  // Pipeline cases: both counts above the largest LL capacity (a pair whose two sides straddle the
+  // capacity takes different paths on the two sides and times out instead; see ll_stream.hpp).
+  const uint64_t big = movement::kLLStreamCapacities[0] + 100000;
   const MismatchCase cases[] = {
-      {false, 4000, 3000},      // LL, receiver expects less
-      {false, 3000, 4004},      // LL, receiver expects more
-      {false, 600000, 500000},  // pipeline
-      {true, 4000, 3000},       // alltoallv_ll, LL pair
-      {true, 600000, 500008},   // alltoallv_ll, pipeline pair
+      {false, 4000, 3000},             // LL, receiver expects less
+      {false, 3000, 4004},             // LL, receiver expects more
+      {false, big, big - 100000 + 8},  // pipeline
+      {true, 4000, 3000},              // alltoallv_ll, LL pair
+      {true, big, big - 100000 + 16},  // alltoallv_ll, pipeline pair
   };
-  const uint64_t cap = 600000;
+  const uint64_t cap = big;
   auto& send = keep<GuardedBuffer>(n * cap);
   auto& recv = keep<GuardedBuffer>(n * cap);
   const uint8_t P = 0x5C;

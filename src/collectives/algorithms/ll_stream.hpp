@@ -23,10 +23,12 @@ namespace meshcomm::movement {
 constexpr int kLLStreamMaxRanks = 32;  // pair masks are 32-bit (= kMaxP2PRanks = kMaxHostCountRanks)
 static_assert(kLLStreamMaxRanks >= kMaxP2PRanks && kLLStreamMaxRanks >= kMaxHostCountRanks);
 // LL capacities (bytes one direction of a pair may carry per call) tried at initialize(), largest first:
-// the first whose region [2][n][slot] the packet buffer still holds is the per-pair threshold. 128 KiB is
-// the alltoall_ll crossover per peer on 4x H200 (512 KiB at n = 4); the region then takes 2 MiB at n = 4,
-// 4 MiB at n = 8.
-constexpr uint64_t kLLStreamCapacities[] = {256u << 10, 128u << 10, 64u << 10, 32u << 10, 16u << 10};
+// the first whose region [2][n][slot] the packet buffer still holds is the per-pair threshold. 512 KiB keeps
+// a 1 MB alltoallv of the benchmark's uneven split (pairs up to 420 KB at n = 4) in one LL launch instead of
+// three (LL send, engine, LL receive: 0.82x NCCL with a 256 KiB threshold on 4x H200); alltoall_ll is as fast
+// as the engine at 256 KiB per peer. The region then takes 8 MiB at n = 4, 16 MiB at n = 8.
+constexpr uint64_t kLLStreamCapacities[] = {512u << 10, 256u << 10, 128u << 10,
+                                            64u << 10,  32u << 10,  16u << 10};
 constexpr uint64_t kLLStreamHeaderPackets = 2;             // {bytes, signature}, as writeHeader/readHeader
 constexpr uint64_t kLLStreamSelfBytesPerBlock = 64 << 10;  // self copy: about this much per block
 
