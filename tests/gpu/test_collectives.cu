@@ -226,6 +226,21 @@ class Collectives : public GpuTest {
   }
   uint64_t failures_ = 0;
 
+  // Adds the bytes of `buf` written outside its first `payload` bytes (still `poison`) to `bad` and fails the
+  // case if anything is wrong (`first` describes the first wrong element).
+  void failIfWrong(const std::string& ctx, GuardedBuffer& buf, uint64_t payload, uint8_t poison, uint64_t bad,
+                   const std::string& first, const char* unit) {
+    buf.countOutside(stream(), buf.at(0), payload, poison, counters_.at(0));
+    bad += counters_.collect(stream())[0];
+    if (bad != 0) fail(ctx, detail::concat(bad, " wrong ", unit, "; ", first));
+  }
+  // After a case of a loop: false (and a failure naming `ctx`) when any rank saw an exception.
+  bool everyRankOk(bool ok, const std::string& ctx) {
+    if (agree(ok, 0).allOk) return true;
+    ADD_FAILURE() << "stopping at " << ctx << ": a rank saw an exception";
+    return false;
+  }
+
   // The device copy of the PreMulSum scalar for `t` (one element).
   const void* deviceScalar(DataType t) {
     if (!scalar_) scalar_ = std::make_unique<GpuBuffer>(8);
@@ -823,10 +838,7 @@ TEST_F(Collectives, AllToAllvRandomSplitsHostAndDeviceCounts) {
       fail(ctx, e.what());
       ok = false;
     }
-    if (!agree(ok, 0).allOk) {
-      ADD_FAILURE() << "stopping at " << ctx << ": a rank saw an exception";
-      break;
-    }
+    if (!everyRankOk(ok, ctx)) break;
   }
   EXPECT_EQ(failures_, 0u);
 }
@@ -934,16 +946,12 @@ TEST_F(Collectives, SendRecvGroups) {
                                          std::hex, got, ", expected 0x", want);
               }
             }
-            recv.countOutside(stream(), recv.at(0), n * slot * es, P, counters_.at(0));
-            const auto k = counters_.collect(stream());
-            if (k[0] != 0) bad += k[0];
-            if (bad != 0) fail(ctx, detail::concat(bad, " wrong elements; ", first));
+            failIfWrong(ctx, recv, n * slot * es, P, bad, first, "elements");
           } catch (const std::exception& e) {
             fail(ctx, e.what());
             ok = false;
           }
-          if (!agree(ok, 0).allOk) {
-            ADD_FAILURE() << "stopping at " << ctx << ": a rank saw an exception";
+          if (!everyRankOk(ok, ctx)) {
             EXPECT_EQ(failures_, 0u);
             return;
           }
@@ -1075,16 +1083,12 @@ TEST_F(Collectives, SendRecvManyOpsPerPeerOddSizes) {
             first = detail::concat("byte ", b % region, " of the region of rank ", b / region, ": got ",
                                    int{host[b]}, ", expected ", int{want[b]});
         }
-        recv.countOutside(stream(), recv.at(0), n * region, P, counters_.at(0));
-        const auto k = counters_.collect(stream());
-        if (k[0] != 0) bad += k[0];
-        if (bad != 0) fail(ctx, detail::concat(bad, " wrong bytes; ", first));
+        failIfWrong(ctx, recv, n * region, P, bad, first, "bytes");
       } catch (const std::exception& e) {
         fail(ctx, e.what());
         ok = false;
       }
-      if (!agree(ok, 0).allOk) {
-        ADD_FAILURE() << "stopping at " << ctx << ": a rank saw an exception";
+      if (!everyRankOk(ok, ctx)) {
         EXPECT_EQ(failures_, 0u);
         return;
       }
