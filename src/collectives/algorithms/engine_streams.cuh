@@ -35,10 +35,9 @@ MESHCOMM_HOST_DEVICE_INLINE uint64_t maxU(uint64_t a, uint64_t b) {
   return a > b ? a : b;
 }
 
-// ---- engine streams
-// ----------------------------------------------------------------------------------------- The engine's
-// state, shared by every engine algorithm of a communicator (CommResources::sharedState) and persistent
-// across calls, in a region of every rank's packet buffer (mapped on every peer):
+// ---- engine streams -------------------------------------------------------------------------------------
+// The engine's state, shared by every engine algorithm of a communicator (CommResources::sharedState) and
+// persistent across calls, in a region of every rank's packet buffer (mapped on every peer):
 //   buffers:  per sender slot s (s != this rank, in rank order), engineLanes(n, s, r) lanes of
 //             [buf kEngineSlots][pieceMax]                                (pieces from s land here)
 //   counters: [from rank n][lane kEngineLanes][data, credit] uint64

@@ -5,21 +5,20 @@
 //    LL16 packets into p's packet region, slot [rank], half (pair epoch & 1); p spins on the flags and
 //    unpacks. No semaphores. Used by allgather_ll and alltoall_ll (they differ only in the input stride).
 //
-// 2. The pairwise scratch pipeline (pairwiseKernel<Plan>, EngineAlgorithm): block (peer p, index c)
-//    exchanges with p's block (this rank, c); each direction is a credit-based stream of pieces through the
-//    receiver's scratch slot [sender], kEngineSlots buffers deep, on two channels (data: index c, credit:
-//    index c + B). A Plan says what each rank sends to / receives from each peer (byte streams) and what it
-//    copies locally; allgather, alltoall(v), broadcast, gather, scatter and sendrecv are Plans. Per block:
-//      open:    credit(peer)                      "my previous reads of my scratch are done"
-//               [+ header LL packets: my byte count and signature, when the Plan has kHeader]
+// 2. The pairwise stream engine (pairwiseKernel<Plan>, EngineAlgorithm; the *_scratch algorithms): block
+//    (peer p, index c) exchanges with p's block (this rank, c); each direction is a stream of pieces through
+//    the receiver's engine buffers on lane c, with persistent data/credit counters (engine_streams.cuh:
+//    NCCL's head/tail protocol, no opening handshake). A Plan says what each rank sends to / receives from
+//    each peer (byte streams) and what it copies locally; allgather, alltoall(v), broadcast, gather, scatter
+//    and sendrecv are Plans. Per block:
+//      [header LL packets: my byte count and signature, when the Plan has kHeader]
 //      step s = 0, 1, ...:
-//               put:  wait credit (s == 0: the peer's opening; s >= K: the peer freed piece s-K's buffer),
-//                     piece s of my stream -> peer.scratch[slot rank][buf s%K][block c], data(peer)
-//               copy: wait data (the peer's piece s-1), copy it out of my scratch[slot peer][buf (s-1)%K],
-//                     credit(peer) if piece s-1+K exists
+//               put:  await the credit of piece s (the peer has copied out the piece K before it on this
+//                     lane), piece s of my stream -> the peer's buffer, publish
+//               copy: await the peer's piece s-1, copy it out, release its buffer
 //               one slice of the local copy (up to kSelfCopySlices slices of >= kSelfSliceBytes)
-//    T = ceil(bytes / roundBytes) per direction, with roundBytes computed identically on both sides, so
-//    every channel sees as many signals as waits per call. No lockstep: a sender runs up to K pieces ahead.
+//    T = ceil(bytes / roundBytes) per direction, with roundBytes computed identically on both sides, so both
+//    count the same pieces. A sender runs up to K pieces ahead of its receiver.
 #pragma once
 
 #include <cuda_runtime.h>
