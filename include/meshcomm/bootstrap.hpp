@@ -65,7 +65,8 @@ class TcpBootstrap : public Bootstrap {
  public:
   // Creates an id with a fresh random secret and starts, in this process, the rendezvous root that
   // listens on the advertised address (MESHCOMM_SOCKET_IFNAME or first non-loopback IPv4, else loopback)
-  // until `nRanks` ranks have joined or MESHCOMM_BOOTSTRAP_TIMEOUT passes.
+  // until `nRanks` ranks have joined or MESHCOMM_BOOTSTRAP_TIMEOUT passes. nRanks 0: the size is taken from
+  // the first rank that joins (every rank passes it to the constructor; all must agree), as ncclGetUniqueId.
   static UniqueId createUniqueId(int nRanks);
   // An id for a fixed "host:port" root address and secret; used for launches from the environment, where
   // rank 0 hosts the root itself (initialize() starts it there).

@@ -39,7 +39,7 @@ void RendezvousRoot::run(int stopFd) {
       return;
     }
     if (!server_.serveOnce(stopFd, &deadline)) return;
-    if (!tablesSent_ && nJoined_ == nRanks_) sendTables();
+    if (!tablesSent_ && nRanks_ > 0 && nJoined_ == nRanks_) sendTables();
   }
 }
 
@@ -58,6 +58,11 @@ void RendezvousRoot::onInput(AuthServer::Conn& c) {
     reject(c, problem);
     return;
   }
+  if (nRanks_ == 0) {  // the id did not fix the size: the first valid rank does
+    nRanks_ = helloRanks;
+    joined_.resize(static_cast<size_t>(nRanks_));
+    joinedFrom_.resize(static_cast<size_t>(nRanks_));
+  }
   c.stage = kJoined;
   joined_[c.rank] = endpoint;
   joinedFrom_[c.rank] = c.io.remote().toString();
@@ -66,14 +71,17 @@ void RendezvousRoot::onInput(AuthServer::Conn& c) {
 
 std::string RendezvousRoot::checkHello(const AuthServer::Conn& c, int helloRanks,
                                        const std::optional<Endpoint>& endpoint) const {
-  if (helloRanks != nRanks_) {
+  if (nRanks_ == 0 && helloRanks < 1)
+    return detail::concat("rank ", c.rank, " was started with nRanks=", helloRanks, " (must be >= 1)");
+  if (nRanks_ != 0 && helloRanks != nRanks_) {
     return detail::concat("rank ", c.rank, " was started with nRanks=", helloRanks, " but this job has ",
                           nRanks_, " ranks");
   }
-  if (c.rank < 0 || c.rank >= nRanks_)
-    return detail::concat("rank ", c.rank, " is out of range for nRanks=", nRanks_);
+  if (c.rank < 0 || c.rank >= helloRanks)
+    return detail::concat("rank ", c.rank, " is out of range for nRanks=", helloRanks);
   if (tablesSent_) return detail::concat("rank ", c.rank, " arrived after the rendezvous completed");
-  if (joined_[c.rank]) return detail::concat("rank ", c.rank, " already joined from ", joinedFrom_[c.rank]);
+  if (nRanks_ != 0 && joined_[c.rank])  // (nRanks_ 0: nobody has joined yet)
+    return detail::concat("rank ", c.rank, " already joined from ", joinedFrom_[c.rank]);
   if (!endpoint) return detail::concat("rank ", c.rank, " sent an invalid listen address");
   return "";
 }

@@ -1,7 +1,9 @@
 // The rendezvous root: accepts authenticated ranks until all nRanks have sent {nRanks, listen endpoint}, then
-// sends every rank the table of all endpoints and exits. Connections that are inconsistent (rank out of
-// range, duplicate rank, other nRanks) get an error reply and are closed; the root keeps waiting for honest
-// ranks. When the timeout passes first, every joined rank gets an error that names the missing ranks.
+// sends every rank the table of all endpoints and exits. nRanks 0: the first valid rank's nRanks is the
+// job's (ncclGetUniqueId does not know the size); later ranks must agree. Connections that are inconsistent
+// (rank out of range, duplicate rank, other nRanks) get an error reply and are closed; the root keeps waiting
+// for honest ranks. When the timeout passes first, every joined rank gets an error that names the missing
+// ranks.
 #pragma once
 
 #include <optional>
@@ -32,7 +34,7 @@ class RendezvousRoot : private AuthServer::Handler {
   void sendTables();
   void failJoined();
 
-  int nRanks_;
+  int nRanks_;  // 0 until the first rank says (ids created without a size)
   double timeoutSec_;
   AuthServer server_;
   std::vector<std::optional<Endpoint>> joined_;  // by rank

@@ -287,7 +287,7 @@ void TcpBootstrap::Impl::ringAllGather(void* data, size_t bytesPerRank, const ch
 // ---- TcpBootstrap ----------------------------------------------------------------------------------------
 
 UniqueId TcpBootstrap::createUniqueId(int nRanks) {
-  MESHCOMM_REQUIRE(nRanks >= 1, "TcpBootstrap::createUniqueId: nRanks=", nRanks, " must be >= 1");
+  MESHCOMM_REQUIRE(nRanks >= 0, "TcpBootstrap::createUniqueId: nRanks=", nRanks, " must be >= 0");
   net::SockAddr addr = net::advertisedAddress();
   net::Fd fd;
   int err = net::tryListen(addr, &fd);

@@ -148,9 +148,9 @@ std::vector<int> runRanks(int n, const UniqueId& id, const RankBody& body, doubl
   return waitAll(pids, limitSec);
 }
 
-// Forks n ranks; rank 0 calls createUniqueId (so the root thread runs in a rank, never in the test process)
-// and hands the id to the others through pipes.
-std::vector<int> runRanksWithCreatedId(int n, const RankBody& body, double limitSec = 30) {
+// Forks n ranks; rank 0 calls createUniqueId(idRanks; default n) (so the root thread runs in a rank, never in
+// the test process) and hands the id to the others through pipes.
+std::vector<int> runRanksWithCreatedId(int n, const RankBody& body, double limitSec = 30, int idRanks = -1) {
   std::vector<std::array<int, 2>> pipes(n);
   for (auto& p : pipes) {
     if (pipe(p.data()) != 0) throw std::runtime_error("pipe failed");
@@ -168,7 +168,7 @@ std::vector<int> runRanksWithCreatedId(int n, const RankBody& body, double limit
           UniqueId id;
           if (r == 0) {
             closeAll(true, false, -1);
-            id = TcpBootstrap::createUniqueId(n);
+            id = TcpBootstrap::createUniqueId(idRanks < 0 ? n : idRanks);
             for (int peer = 1; peer < n; ++peer) {
               RANK_CHECK(write(pipes[peer][1], id.bytes.data(), id.bytes.size()) ==
                          static_cast<ssize_t>(id.bytes.size()));
@@ -379,6 +379,18 @@ INSTANTIATE_TEST_SUITE_P(Ranks, BootstrapCollectives,
                            return std::to_string(info.param.nRanks) +
                                   (info.param.createdId ? "_createdId" : "_fromAddress");
                          });
+
+// An id created without a size (as ncclGetUniqueId) takes it from the first rank that joins.
+TEST(Bootstrap, CreatedIdWithoutSizeLearnsItFromTheRanks) {
+  const int n = 5;
+  RankBody body = [n](int rank, const UniqueId& id) {
+    TcpBootstrap boot(rank, n, id, 20);
+    checkTopology(boot, rank, n);
+    allGatherRounds(boot, rank, n);
+    boot.barrier();
+  };
+  expectAllSucceeded(runRanksWithCreatedId(n, body, 30, /*idRanks=*/0));
+}
 
 TEST(Bootstrap, BarrierReleasesNoRankBeforeTheLastArrives) {
   const int n = 4;
