@@ -74,6 +74,9 @@ class Comm {
 
   // Throws the first device-side error of this communicator (Error(Timeout) naming rank, peer, op).
   void checkError() const;
+  // Makes every device wait of this communicator give up (its kernels finish) and the destructor skip the
+  // final agreement with the peers, which may be gone (ncclCommAbort). The Comm is unusable afterwards.
+  void abort();
 
   AlgorithmCollection& algorithms();
   // Registers a user algorithm (collective: all ranks, same order) and calls its initialize().

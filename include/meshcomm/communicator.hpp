@@ -49,6 +49,9 @@ class Communicator {
   void checkDeviceError() const;
   // Clears a reported device error (after the caller has handled it; all ranks must agree to continue).
   void clearDeviceError();
+  // Raises the abort flag (no failure recorded): every device wait of this communicator returns false at
+  // its next poll, so kernels finish (ncclCommAbort). checkDeviceError() then throws.
+  void abortDeviceWaits();
 
   // Allocates one 8-byte semaphore token in this rank's token pool (device memory, zero) and returns the
   // pool registration and the token's offset in it. Tokens live as long as the communicator.

@@ -120,6 +120,7 @@ class Comm::Impl {
   // send/recv group
   int groupDepth = 0;
   std::vector<P2POp> groupOps;
+  bool aborted = false;  // abort(): the teardown skips the agreement with the peers
   cudaStream_t groupStream = nullptr;
 };
 
@@ -145,7 +146,7 @@ Comm::Impl::~Impl() {
     const cudaError_t err = cudaDeviceSynchronize();
     if (err != cudaSuccess)
       MESHCOMM_LOG(WARN, "rank ", topo().rank, ": ~Comm: cudaDeviceSynchronize: ", cudaGetErrorString(err));
-    communicator->bootstrap().barrier();
+    if (!aborted) communicator->bootstrap().barrier();
   } catch (const std::exception& e) {
     MESHCOMM_LOG(WARN, "~Comm: ", e.what(), " (continuing the teardown)");
   }
@@ -234,6 +235,11 @@ std::unique_ptr<Comm> Comm::fromEnvironment(CommConfig config) {
 }
 
 Comm::~Comm() = default;
+
+void Comm::abort() {
+  impl_->aborted = true;
+  impl_->communicator->abortDeviceWaits();
+}
 
 int Comm::rank() const {
   return impl_->topo().rank;

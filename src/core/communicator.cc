@@ -271,6 +271,13 @@ void Communicator::Impl::checkDeviceError() const {
                  observed, ")");
 }
 
+void Communicator::Impl::abortDeviceWaits() {
+  auto* r = reinterpret_cast<volatile DeviceErrorReport*>(errorReport_.host());
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  r->aborted = 1;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
 void Communicator::Impl::clearDeviceError() {
   auto* r = reinterpret_cast<volatile DeviceErrorReport*>(errorReport_.host());
   r->op = 0;
@@ -343,6 +350,9 @@ void Communicator::checkDeviceError() const {
 }
 void Communicator::clearDeviceError() {
   impl_->clearDeviceError();
+}
+void Communicator::abortDeviceWaits() {
+  impl_->abortDeviceWaits();
 }
 
 Communicator::Token Communicator::allocateToken() {

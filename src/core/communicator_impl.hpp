@@ -78,6 +78,7 @@ class Communicator::Impl {
   DeviceErrorReport* hostReport() const { return static_cast<DeviceErrorReport*>(errorReport_.host()); }
   void checkDeviceError() const;
   void clearDeviceError();
+  void abortDeviceWaits();
 
   // Pool sizes (for tests).
   static constexpr size_t kPoolChunkBytes = 64 * 1024;
