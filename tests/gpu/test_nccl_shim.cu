@@ -1,0 +1,251 @@
+// libmeshcomm_nccl.so through its C API (include/meshcomm/nccl.h), one process per GPU: ids and
+// initialisation, every collective against a host reference (float values that are small integers, so every
+// sum is exact in any order), PreMulSum handles with host and device scalars, a send/recv ring in a group,
+// ncclCommSplit, argument errors with ncclGetLastError, destroy and abort. Fresh inputs per case, outputs
+// poisoned (NaN) first.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_test_env.hpp"
+#include "meshcomm/nccl.h"
+
+namespace meshcomm::test {
+namespace {
+
+#define NCCL_OK(call)                                                             \
+  do {                                                                            \
+    const ncclResult_t r_ = (call);                                               \
+    ASSERT_EQ(r_, ncclSuccess) << #call << ": " << ncclGetErrorString(r_) << ": " \
+                               << ncclGetLastError(nullptr);                      \
+  } while (0)
+
+class NcclShim : public GpuTest {
+ protected:
+  // A communicator of all ranks: rank 0 creates the id, the test bootstrap hands it out.
+  ncclComm_t initAll() {
+    ncclUniqueId id{};
+    if (rank() == 0) EXPECT_EQ(ncclGetUniqueId(&id), ncclSuccess);
+    bootstrap().broadcast(&id, sizeof(id), 0);
+    ncclComm_t c = nullptr;
+    EXPECT_EQ(ncclCommInitRank(&c, worldSize(), id, rank()), ncclSuccess) << ncclGetLastError(nullptr);
+    return c;
+  }
+  float* deviceFloats(size_t n) {
+    auto& b = keep<GpuBuffer>(n * sizeof(float) + 16);
+    return static_cast<float*>(b.data());
+  }
+  void upload(float* d, const std::vector<float>& h) {
+    MESHCOMM_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  void poison(float* d, size_t n) { upload(d, std::vector<float>(n, NAN)); }
+  std::vector<float> download(const float* d, size_t n) {
+    MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    std::vector<float> h(n);
+    MESHCOMM_CUDA_CHECK(cudaMemcpy(h.data(), d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  // Input element i of rank r in case `seed`: a small integer (exact sums).
+  static float value(uint64_t seed, int r, size_t i) {
+    return static_cast<float>(static_cast<int>((seed * 2654435761u + r * 40503u + i * 97u) % 201) - 100);
+  }
+  std::vector<float> input(uint64_t seed, int r, size_t n) {
+    std::vector<float> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = value(seed, r, i);
+    return h;
+  }
+  // Number of elements of `got` that differ from `want` (first mismatch described in `first`).
+  static size_t mismatches(const std::vector<float>& got, const std::vector<float>& want,
+                           std::string* first) {
+    size_t bad = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (got[i] == want[i]) continue;
+      if (bad++ == 0)
+        *first = "element " + std::to_string(i) + ": got " + std::to_string(got[i]) + ", expected " +
+                 std::to_string(want[i]);
+    }
+    return bad;
+  }
+};
+
+TEST_F(NcclShim, EveryCollectiveMatchesTheHostReference) {
+  const int n = worldSize(), me = rank();
+  ncclComm_t c = initAll();
+  ASSERT_NE(c, nullptr);
+  int count = 0, dev = -1, r = -1;
+  NCCL_OK(ncclCommCount(c, &count));
+  NCCL_OK(ncclCommCuDevice(c, &dev));
+  NCCL_OK(ncclCommUserRank(c, &r));
+  EXPECT_EQ(count, n);
+  EXPECT_EQ(dev, comm().cudaDevice());
+  EXPECT_EQ(r, me);
+
+  const size_t N = (1u << 20) + 3;  // per-rank element count (odd on purpose)
+  float* in = deviceFloats(N * n);
+  float* out = deviceFloats(N * n);
+  const cudaStream_t s = stream();
+  uint64_t seed = testSeed();
+  std::string first;
+  auto check = [&](const char* what, const std::vector<float>& want, const float* d) {
+    const size_t bad = mismatches(download(d, want.size()), want, &first);
+    EXPECT_EQ(bad, 0u) << "rank " << me << ": " << what << ": " << first;
+  };
+
+  // allreduce sum, out of place and in place
+  for (int inPlace = 0; inPlace < 2; ++inPlace) {
+    ++seed;
+    upload(in, input(seed, me, N));
+    float* dst = inPlace ? in : out;
+    if (!inPlace) poison(out, N);
+    NCCL_OK(ncclAllReduce(in, dst, N, ncclFloat32, ncclSum, c, s));
+    std::vector<float> want(N, 0.f);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
+    check(inPlace ? "allreduce in place" : "allreduce", want, dst);
+  }
+  // PreMulSum with a host scalar (2) and a device scalar (-3)
+  {
+    ++seed;
+    upload(in, input(seed, me, N));
+    ncclRedOp_t hostOp, devOp;
+    float two = 2.f;
+    NCCL_OK(ncclRedOpCreatePreMulSum(&hostOp, &two, ncclFloat32, ncclScalarHostImmediate, c));
+    float* devScalar = deviceFloats(1);
+    upload(devScalar, {-3.f});
+    NCCL_OK(ncclRedOpCreatePreMulSum(&devOp, devScalar, ncclFloat32, ncclScalarDevice, c));
+    for (float scale : {2.f, -3.f}) {
+      poison(out, N);
+      NCCL_OK(ncclAllReduce(in, out, N, ncclFloat32, scale == 2.f ? hostOp : devOp, c, s));
+      std::vector<float> want(N, 0.f);
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < N; ++i) want[i] += scale * value(seed, q, i);
+      check(scale == 2.f ? "premulsum host scalar" : "premulsum device scalar", want, out);
+    }
+    NCCL_OK(ncclRedOpDestroy(hostOp, c));
+    NCCL_OK(ncclRedOpDestroy(devOp, c));
+    EXPECT_EQ(ncclRedOpDestroy(hostOp, c), ncclInvalidArgument);  // already destroyed
+  }
+  // allgather, reducescatter, alltoall
+  {
+    ++seed;
+    upload(in, input(seed, me, N * n));
+    poison(out, N * n);
+    NCCL_OK(ncclAllGather(in, out, N, ncclFloat32, c, s));
+    std::vector<float> want(N * n);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < N; ++i) want[q * N + i] = value(seed, q, i);
+    check("allgather", want, out);
+
+    poison(out, N);
+    NCCL_OK(ncclReduceScatter(in, out, N, ncclFloat32, ncclMax, c, s));
+    std::vector<float> rs(N, -1e30f);
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < N; ++i) rs[i] = std::max(rs[i], value(seed, q, me * N + i));
+    check("reducescatter max", rs, out);
+
+    poison(out, N * n);
+    NCCL_OK(ncclAlltoAll(in, out, N, ncclFloat32, c, s));
+    for (int q = 0; q < n; ++q)
+      for (size_t i = 0; i < N; ++i) want[q * N + i] = value(seed, q, me * N + i);
+    check("alltoall", want, out);
+  }
+  // rooted: broadcast, bcast in place, reduce, gather, scatter
+  for (int root = 0; root < n; root += (n > 2 ? n - 1 : 1)) {
+    ++seed;
+    upload(in, input(seed, me, N * n));
+    poison(out, N);
+    NCCL_OK(ncclBroadcast(in, out, N, ncclFloat32, root, c, s));
+    std::vector<float> bc(N);
+    for (size_t i = 0; i < N; ++i) bc[i] = value(seed, root, i);
+    check("broadcast", bc, out);
+    NCCL_OK(ncclBcast(in, N, ncclFloat32, root, c, s));
+    check("bcast in place", bc, in);
+
+    upload(in, input(seed + 1, me, N * n));
+    poison(out, N * n);
+    NCCL_OK(ncclReduce(in, out, N, ncclFloat32, ncclSum, root, c, s));
+    if (me == root) {
+      std::vector<float> red(N, 0.f);
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < N; ++i) red[i] += value(seed + 1, q, i);
+      check("reduce", red, out);
+    }
+    poison(out, N * n);
+    NCCL_OK(ncclGather(in, out, N, ncclFloat32, root, c, s));
+    if (me == root) {
+      std::vector<float> g(N * n);
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < N; ++i) g[q * N + i] = value(seed + 1, q, i);
+      check("gather", g, out);
+    }
+    poison(out, N);
+    NCCL_OK(ncclScatter(in, out, N, ncclFloat32, root, c, s));
+    std::vector<float> sc(N);
+    for (size_t i = 0; i < N; ++i) sc[i] = value(seed + 1, root, me * N + i);
+    check("scatter", sc, out);
+  }
+  // send/recv ring in one group
+  {
+    ++seed;
+    upload(in, input(seed, me, N));
+    poison(out, N);
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclSend(in, N, ncclFloat32, (me + 1) % n, c, s));
+    NCCL_OK(ncclRecv(out, N, ncclFloat32, (me + n - 1) % n, c, s));
+    NCCL_OK(ncclGroupEnd());
+    check("send/recv ring", input(seed, (me + n - 1) % n, N), out);
+  }
+  // argument errors name the problem
+  EXPECT_EQ(ncclAllReduce(in, out, N, static_cast<ncclDataType_t>(99), ncclSum, c, s), ncclInvalidUsage);
+  EXPECT_NE(std::string(ncclGetLastError(c)).find("datatype"), std::string::npos) << ncclGetLastError(c);
+  EXPECT_NE(ncclAllReduce(in, out, N, ncclFloat32, static_cast<ncclRedOp_t>(ncclNumOps + 7), c, s),
+            ncclSuccess);
+
+  ncclResult_t async = ncclInternalError;
+  NCCL_OK(ncclCommGetAsyncError(c, &async));
+  EXPECT_EQ(async, ncclSuccess);
+  NCCL_OK(ncclCommFinalize(c));
+  NCCL_OK(ncclCommDestroy(c));
+}
+
+TEST_F(NcclShim, SplitByParityThenAbort) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int n = worldSize(), me = rank();
+  ncclComm_t c = initAll();
+  ASSERT_NE(c, nullptr);
+  ncclComm_t sub = nullptr;
+  NCCL_OK(ncclCommSplit(c, me % 2, -me, &sub, nullptr));  // key -rank: reversed order inside each color
+  ASSERT_NE(sub, nullptr);
+  int subCount = 0, subRank = -1;
+  NCCL_OK(ncclCommCount(sub, &subCount));
+  NCCL_OK(ncclCommUserRank(sub, &subRank));
+  std::vector<int> members;
+  for (int q = 0; q < n; ++q)
+    if (q % 2 == me % 2) members.push_back(q);
+  EXPECT_EQ(subCount, static_cast<int>(members.size()));
+  EXPECT_EQ(subRank, static_cast<int>(members.size()) - 1 - me / 2);
+
+  const size_t N = 4099;
+  float* buf = deviceFloats(N);
+  const uint64_t seed = testSeed();
+  upload(buf, input(seed, me, N));
+  NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, sub, stream()));
+  std::vector<float> want(N, 0.f);
+  for (int q : members)
+    for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
+  std::string first;
+  EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
+
+  ncclComm_t none = reinterpret_cast<ncclComm_t>(1);
+  NCCL_OK(ncclCommSplit(c, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr));
+  EXPECT_EQ(none, nullptr);
+
+  NCCL_OK(ncclCommAbort(sub));  // returns without waiting for the peers
+  NCCL_OK(ncclCommDestroy(c));
+}
+
+}  // namespace
+}  // namespace meshcomm::test
