@@ -5,7 +5,8 @@
 #
 # Steps: environment and topology -> configure + build (Release, all cores) -> CPU unit tests -> GPU tests
 # with 2 ranks and with all GPUs (everything, the collective suite included, each time) -> the killed-rank
-# test (MESHCOMM_TEST_EXPECT_KILL mode) -> the ping-pong example -> meshcomm-channel-bench on 2 GPUs (--json)
+# test (MESHCOMM_TEST_EXPECT_KILL mode) -> the ping-pong example -> PyTorch on the NCCL shim (LD_PRELOAD:
+# tests/nccl_shim/torch_ops_check.py, DDP losses vs NCCL; skipped without torch) -> meshcomm-channel-bench on 2 GPUs (--json)
 # -> meshcomm-bench -o all vs NCCL on all GPUs and on 2 GPUs (--json). A failed step is recorded and the script goes on; it exits 1 at the end if any
 # step failed. OUT_DIR receives at most 8 files:
 #   build.log (environment, configure, build, CPU unit tests) gpu2.log gpuN.log
@@ -41,6 +42,16 @@ EXAMPLE="$BUILD/examples/meshcomm-example-ping-pong"
 BENCH="$BUILD/tools/meshcomm-channel-bench"
 COLL_BENCH="$BUILD/tools/meshcomm-bench"
 TMP=$(mktemp -d)
+# A python with torch for the NCCL-shim step: TORCH_PYTHON, else python3, else the image's torch venv.
+TORCH_PY=${TORCH_PYTHON:-}
+if [[ -z $TORCH_PY ]]; then
+  for py in python3 /opt/torch/.venv/bin/python; do
+    if "$py" -c 'import torch' >/dev/null 2>&1; then
+      TORCH_PY=$py
+      break
+    fi
+  done
+fi
 trap 'rm -rf "$TMP"' EXIT
 
 STEPS=()
@@ -210,6 +221,31 @@ if [[ $BUILT -eq 1 ]]; then
     record example-ping-pong PASS "$SECS" "$(grep -Eo 'ping_pong: .*' "$OUT/extra.log" | tail -1 | cut -c1-90)"
   else
     record example-ping-pong "$(result_of "$((RC == 0 ? 1 : RC))")" "$SECS" "exit status $RC"
+  fi
+
+  # PyTorch on the NCCL shim (LD_PRELOAD): torch.distributed ops vs host references, then DDP losses vs NCCL.
+  if [[ -z $TORCH_PY ]]; then
+    record nccl-shim-torch SKIP 0 "no python with torch (set TORCH_PYTHON)"
+  elif [[ $NGPUS -lt 2 ]]; then
+    record nccl-shim-torch SKIP 0 "fewer than 2 GPUs"
+  else
+    TORCHRUN=("$TORCH_PY" -m torch.distributed.run --nproc_per_node "$NGPUS")
+    SHIM=$BUILD/libmeshcomm_nccl.so.2
+    run_step "$OUT/extra.log" env LD_PRELOAD="$SHIM" LD_LIBRARY_PATH="$BUILD:${LD_LIBRARY_PATH:-}" \
+      timeout 300 "${TORCHRUN[@]}" "$REPO/tests/nccl_shim/torch_ops_check.py" --expect-shim
+    OPS_RC=$RC OPS_SECS=$SECS
+    run_step "$OUT/extra.log" timeout 200 "${TORCHRUN[@]}" "$REPO/tests/nccl_shim/torch_ddp_losses.py" \
+      --out "$TMP/ddp_nccl.json"
+    run_step "$OUT/extra.log" env LD_PRELOAD="$SHIM" LD_LIBRARY_PATH="$BUILD:${LD_LIBRARY_PATH:-}" \
+      timeout 200 "${TORCHRUN[@]}" "$REPO/tests/nccl_shim/torch_ddp_losses.py" --out "$TMP/ddp_shim.json"
+    run_step "$OUT/extra.log" "$TORCH_PY" "$REPO/tests/nccl_shim/torch_ddp_losses.py" --compare \
+      "$TMP/ddp_nccl.json" "$TMP/ddp_shim.json"
+    DDP_NOTE=$(grep -Eo '[0-9]+ steps: max relative loss difference [^;]*' "$OUT/extra.log" | tail -1)
+    if [[ $OPS_RC -eq 0 && $RC -eq 0 ]]; then
+      record nccl-shim-torch PASS $((OPS_SECS + SECS)) "ops check + DDP: $DDP_NOTE"
+    else
+      record nccl-shim-torch FAIL $((OPS_SECS + SECS)) "ops check exit $OPS_RC; DDP: ${DDP_NOTE:-exit $RC}"
+    fi
   fi
 
   run_step "$TMP/bench.out" "$RUN" -n 2 --timeout 300 -- "$BENCH" --json "$OUT/bench.json"

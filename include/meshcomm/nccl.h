@@ -3,8 +3,17 @@
  * (docs/nccl.md). Programs built against NCCL's nccl.h or this one run on either library. */
 #ifndef MESHCOMM_NCCL_H_
 #define MESHCOMM_NCCL_H_
+#define NCCL_H_ /* NCCL's own include guard: a later #include of NCCL's nccl.h adds nothing */
 
+/* NCCL's nccl.h brings in the CUDA half, bfloat16 and fp8 types; programs (nccl-tests) rely on it. */
 #include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if defined(__cplusplus) && CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
 #include <limits.h>
 #include <stddef.h>
 
@@ -117,6 +126,21 @@ typedef struct ncclSimInfo_v22200 {
   unsigned int version;
   float estimatedTime;
 } ncclSimInfo_t;
+#define NCCL_SIM_INFO_INITIALIZER \
+  { sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_UNDEF_FLOAT }
+
+/* Flags of ncclCommWindowRegister (windows are not implemented: the call answers ncclInvalidUsage). */
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+/* ncclConfig_t.CTAPolicy values (accepted; meshcomm picks its own launch configuration). */
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+/* ncclCommShrink / ncclCommRevoke flags (both answer ncclInvalidUsage). */
+#define NCCL_SHRINK_DEFAULT 0x00
+#define NCCL_SHRINK_ABORT 0x01
+#define NCCL_REVOKE_DEFAULT 0x00
 
 /* Version, ids, communicators. */
 ncclResult_t ncclGetVersion(int* version);

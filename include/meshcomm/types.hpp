@@ -30,9 +30,10 @@ bool isFloatingPoint(DataType t);
 enum class ReduceOp : uint8_t { Sum = 0, Prod = 1, Min = 2, Max = 3, Avg = 4, PreMulSum = 5 };
 const char* reduceOpName(ReduceOp op);  // "sum", "prod", "min", "max", "avg", "premulsum"
 
-// A reduction: the operator and, for PreMulSum, the scalar every input is multiplied by before summing,
-// given either on the host (read at call time, captured by value in CUDA graphs) or in device memory of
-// the communicator's GPU (one element of the collective's dtype, read by the kernel when it runs).
+// A reduction: the operator and, for PreMulSum, the scalar this rank's input is multiplied by before the
+// sum (each rank brings its own scalar, as NCCL's ncclRedOpCreatePreMulSum), given either on the host (read
+// at call time, captured by value in CUDA graphs; converted to the dtype, integers modulo 2^bits) or in
+// device memory of the communicator's GPU (one element of the collective's dtype, read when the kernel runs).
 struct ReduceOpSpec {
   ReduceOp op = ReduceOp::Sum;
   double hostScalar = 1.0;

@@ -127,6 +127,13 @@ void RendezvousRoot::sendTables() {
 }
 
 void RendezvousRoot::failJoined() {
+  if (nJoined_ == 0) {
+    // An id that was created and never used (nccl-tests creates one before ncclCommInitAll makes its own):
+    // nobody waits on it.
+    MESHCOMM_LOG(INFO, server_.who(), ": closing after ", net::formatSeconds(timeoutSec_),
+                 ": no rank joined");
+    return;
+  }
   std::string missing;
   int nMissing = 0;
   for (int r = 0; r < nRanks_; ++r) {

@@ -3,6 +3,7 @@
 // PreMulSum handles per communicator, groups per thread (point-to-point batched into one launch per
 // communicator; ncclCommInitRank inside a group deferred to ncclGroupEnd and run concurrently).
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "meshcomm/comm.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/nccl.h"
+#include "nccl/local_teardown.hpp"
 #include "nccl/nccl_types.hpp"
 
 using meshcomm::Comm;
@@ -45,6 +47,8 @@ struct ncclComm {
   int rank = 0;
   int nRanks = 1;
   int device = 0;
+  std::string jobKey;  // the unique id's bytes: the same on every rank of the communicator
+  int localRanks = 1;  // ranks of this communicator living in this process (ncclCommInitAll, -g/-t)
   std::string lastError;
   std::vector<PreMulSumOp> ops;  // ncclRedOp_t ncclNumOps + i
   bool inGroup = false;          // this thread's open group has point-to-point operations on this comm
@@ -130,6 +134,15 @@ void initComm(ncclComm* c, int nRanks, const ncclUniqueId& id, int rank, int dev
   c->rank = rank;
   c->nRanks = nRanks;
   c->device = device;
+  c->jobKey.assign(id.internal, NCCL_UNIQUE_ID_BYTES);
+  // Which ranks share this process (same host, same pid): they are torn down together (local_teardown.hpp).
+  meshcomm::Bootstrap& boot = c->comm->communicator().bootstrap();
+  std::vector<int64_t> pids(nRanks);
+  pids[rank] = static_cast<int64_t>(::getpid());
+  boot.allGather(pids.data(), sizeof(int64_t));
+  c->localRanks = 0;
+  for (int r = 0; r < nRanks; ++r)
+    if (pids[r] == pids[rank] && boot.hostId(r) == boot.hostId(rank)) ++c->localRanks;
 }
 
 // Point-to-point inside a group: the first operation of a communicator opens its Comm group.
@@ -268,8 +281,15 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
   return guarded("ncclCommDestroy", nullptr, [&] {
     std::unique_ptr<ncclComm> owned(comm);
-    meshcomm::CudaDeviceGuard guard(owned->device);
-    owned->comm.reset();  // waits for the device and agrees with the peers (logged, never thrown, on failure)
+    if (owned->comm) {
+      meshcomm::CudaDeviceGuard guard(owned->device);
+      const cudaError_t err = cudaDeviceSynchronize();  // every operation of this rank has completed
+      if (err != cudaSuccess)
+        MESHCOMM_LOG(WARN, "rank ", owned->rank,
+                     ": ncclCommDestroy: cudaDeviceSynchronize: ", cudaGetErrorString(err));
+      // Local ranks of the same job are torn down together (one thread may destroy all of them in turn).
+      shim::destroyWithLocalPeers(owned->jobKey, owned->localRanks, std::move(owned->comm), false);
+    }
     return ncclSuccess;
   });
 }
@@ -280,8 +300,8 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
     std::unique_ptr<ncclComm> owned(comm);
     if (owned->comm) {
       meshcomm::CudaDeviceGuard guard(owned->device);
-      owned->comm->abort();  // device waits give up; the teardown does not wait for the peers
-      owned->comm.reset();
+      // Device waits give up; the teardown does not wait for the peers.
+      shim::destroyWithLocalPeers(owned->jobKey, owned->localRanks, std::move(owned->comm), true);
     }
     return ncclSuccess;
   });

@@ -7,7 +7,7 @@
 // the GPU; the host regenerates any rank's input from the same function (nothing is exchanged).
 //   * General (sum, min, max, premulsum; data movement):
 //       floats: a non-zero integer in [-R, R] with R per type chosen so that a sum over 8 ranks, even
-//       multiplied by a premulsum scalar of magnitude 2, is exact in the type (f64 2^20, f32 1000, f16 64,
+//       multiplied by a premulsum scalar of magnitude <= 2, is exact in the type (f64 2^20, f32 1000, f16 64,
 //       bf16 16, fp8 2): most float sums are therefore exact in any order; integers: the full range.
 //   * Prod: floats: +-0.5, +-1, +-2 (every partial product is a power of two: exact in any order and in
 //       range for <= 8 ranks); integers: random odd values (products mod 2^bits never become 0).
@@ -206,8 +206,10 @@ struct RedCase {
   bool deviceScalar = false;  // PreMulSum only
   std::string name() const;   // "sum", ..., "premulsum(host)", "premulsum(device)"
 };
-// The scalar of PreMulSum cases (host and device variant), as a double.
-double preMulScalar(DataType t, bool device);
+// Rank `rank`'s scalar of PreMulSum cases (host and device variant), as a double. Ranks use different
+// scalars (NCCL semantics: each rank's input is multiplied by its own scalar before the sum); all are
+// powers of two (floats) or small integers, so the exactness argument above holds.
+double preMulScalar(DataType t, bool device, int rank);
 ValueKind valueKindFor(DataType t, ReduceOp op);
 
 // Reduction over the ranks of element `index` of every rank's input.

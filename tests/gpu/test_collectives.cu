@@ -241,10 +241,10 @@ class Collectives : public GpuTest {
     return false;
   }
 
-  // The device copy of the PreMulSum scalar for `t` (one element).
+  // The device copy of this rank's PreMulSum scalar for `t` (one element).
   const void* deviceScalar(DataType t) {
     if (!scalar_) scalar_ = std::make_unique<GpuBuffer>(8);
-    const double s = preMulScalar(t, true);
+    const double s = preMulScalar(t, true, rank());
     const uint64_t bits =
         dtypeInfo(t).isFloat ? encodeExactFloat(s, t) : static_cast<uint64_t>(static_cast<int64_t>(s));
     MESHCOMM_CUDA_CHECK(cudaMemcpyAsync(scalar_->data(), &bits, 8, cudaMemcpyHostToDevice, stream()));
@@ -254,7 +254,7 @@ class Collectives : public GpuTest {
   ReduceOpSpec spec(const RedCase& rc, DataType t) {
     if (rc.op != ReduceOp::PreMulSum) return ReduceOpSpec(rc.op);
     if (rc.deviceScalar) return ReduceOpSpec::preMulSumDevice(deviceScalar(t));
-    return ReduceOpSpec::preMulSum(preMulScalar(t, false));
+    return ReduceOpSpec::preMulSum(preMulScalar(t, false, rank()));
   }
 
   // Runs one case with `send`/`recv` (capacity >= caseCapacity) and checks it. Returns false when the case
@@ -1240,7 +1240,7 @@ TEST_F(Collectives, GraphCaptureReplayWithFreshInputs) {
   auto& ar2Recv = keep<GuardedBuffer>(arCount * 2);
   const RedCase pm{ReduceOp::PreMulSum, true};
   {
-    const uint64_t bits = encodeExactFloat(preMulScalar(DataType::F16, true), DataType::F16);
+    const uint64_t bits = encodeExactFloat(preMulScalar(DataType::F16, true, me), DataType::F16);
     MESHCOMM_CUDA_CHECK(cudaMemcpy(deviceScalarBuf.data(), &bits, 2, cudaMemcpyHostToDevice));
   }
   const int bcRoot = n - 1, next = (me + 1) % n, prev = (me + n - 1) % n;

@@ -1,13 +1,17 @@
 // libmeshcomm_nccl.so through its C API (include/meshcomm/nccl.h), one process per GPU: ids and
 // initialisation, every collective against a host reference (float values that are small integers, so every
-// sum is exact in any order), PreMulSum handles with host and device scalars, a send/recv ring in a group,
-// ncclCommSplit, argument errors with ncclGetLastError, destroy and abort. Fresh inputs per case, outputs
-// poisoned (NaN) first.
+// sum is exact in any order), PreMulSum handles with per-rank host and device scalars, a send/recv ring in a
+// group, ncclCommSplit, argument errors with ncclGetLastError, destroy and abort; and, in rank 0's process,
+// one communicator per local GPU (ncclCommInitAll) driven from one thread (nccl-tests -g) and from one thread
+// per GPU (-t), then destroyed one after the other by one thread. Fresh inputs per case, outputs poisoned
+// (NaN) first.
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpu_test_env.hpp"
@@ -106,25 +110,31 @@ TEST_F(NcclShim, EveryCollectiveMatchesTheHostReference) {
       for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
     check(inPlace ? "allreduce in place" : "allreduce", want, dst);
   }
-  // PreMulSum with a host scalar (2) and a device scalar (-3)
+  // PreMulSum: each rank's input is multiplied by that rank's own scalar (host: q + 1, device: -(q + 1) / 2
+  // on rank q), as NCCL defines it; the host handle is destroyed right after the enqueue (as nccl-tests
+  // does), before the kernel has run.
   {
     ++seed;
     upload(in, input(seed, me, N));
+    auto hostScalar = [](int q) { return static_cast<float>(q + 1); };
+    auto deviceScalar = [](int q) { return -0.5f * static_cast<float>(q + 1); };
     ncclRedOp_t hostOp, devOp;
-    float two = 2.f;
-    NCCL_OK(ncclRedOpCreatePreMulSum(&hostOp, &two, ncclFloat32, ncclScalarHostImmediate, c));
+    float mine = hostScalar(me);
+    NCCL_OK(ncclRedOpCreatePreMulSum(&hostOp, &mine, ncclFloat32, ncclScalarHostImmediate, c));
     float* devScalar = deviceFloats(1);
-    upload(devScalar, {-3.f});
+    upload(devScalar, {deviceScalar(me)});
     NCCL_OK(ncclRedOpCreatePreMulSum(&devOp, devScalar, ncclFloat32, ncclScalarDevice, c));
-    for (float scale : {2.f, -3.f}) {
+    for (bool onDevice : {false, true}) {
       poison(out, N);
-      NCCL_OK(ncclAllReduce(in, out, N, ncclFloat32, scale == 2.f ? hostOp : devOp, c, s));
+      NCCL_OK(ncclAllReduce(in, out, N, ncclFloat32, onDevice ? devOp : hostOp, c, s));
+      if (!onDevice) NCCL_OK(ncclRedOpDestroy(hostOp, c));
       std::vector<float> want(N, 0.f);
-      for (int q = 0; q < n; ++q)
+      for (int q = 0; q < n; ++q) {
+        const float scale = onDevice ? deviceScalar(q) : hostScalar(q);
         for (size_t i = 0; i < N; ++i) want[i] += scale * value(seed, q, i);
-      check(scale == 2.f ? "premulsum host scalar" : "premulsum device scalar", want, out);
+      }
+      check(onDevice ? "premulsum device scalar" : "premulsum host scalar", want, out);
     }
-    NCCL_OK(ncclRedOpDestroy(hostOp, c));
     NCCL_OK(ncclRedOpDestroy(devOp, c));
     EXPECT_EQ(ncclRedOpDestroy(hostOp, c), ncclInvalidArgument);  // already destroyed
   }
@@ -245,6 +255,99 @@ TEST_F(NcclShim, SplitByParityThenAbort) {
 
   NCCL_OK(ncclCommAbort(sub));  // returns without waiting for the peers
   NCCL_OK(ncclCommDestroy(c));
+}
+
+// ncclCommInitAll over every GPU of this machine, in rank 0's process only (the other ranks have nothing to
+// do): collectives and a send/recv ring in one group from one thread, then one thread per GPU, then every
+// communicator destroyed in turn by this thread (which must not wait for the ones not yet destroyed).
+TEST_F(NcclShim, InitAllDrivesEveryLocalGpuFromOneThreadAndFromOneThreadEach) {
+  if (rank() != 0) return;
+  int ndev = 0;
+  MESHCOMM_CUDA_CHECK(cudaGetDeviceCount(&ndev));
+  if (ndev < 2) GTEST_SKIP() << "needs 2 GPUs in one process, this machine has " << ndev;
+  std::vector<ncclComm_t> comms(ndev, nullptr);
+  NCCL_OK(ncclCommInitAll(comms.data(), ndev, nullptr));
+  const size_t N = (1u << 18) + 7;
+  std::vector<float*> buf(ndev, nullptr), ring(ndev, nullptr);
+  std::vector<cudaStream_t> streams(ndev, nullptr);
+  int saved = 0;
+  MESHCOMM_CUDA_CHECK(cudaGetDevice(&saved));
+  for (int d = 0; d < ndev; ++d) {
+    MESHCOMM_CUDA_CHECK(cudaSetDevice(d));
+    MESHCOMM_CUDA_CHECK(cudaMalloc(&buf[d], N * sizeof(float)));
+    MESHCOMM_CUDA_CHECK(cudaMalloc(&ring[d], N * sizeof(float)));
+    MESHCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&streams[d], cudaStreamNonBlocking));
+  }
+  auto fill = [&](uint64_t seed) {
+    for (int d = 0; d < ndev; ++d) {
+      MESHCOMM_CUDA_CHECK(cudaSetDevice(d));
+      upload(buf[d], input(seed, d, N));
+      poison(ring[d], N);
+    }
+  };
+  auto expectSum = [&](uint64_t seed, const char* what) {
+    std::vector<float> want(N, 0.f);
+    for (int q = 0; q < ndev; ++q)
+      for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
+    for (int d = 0; d < ndev; ++d) {
+      MESHCOMM_CUDA_CHECK(cudaSetDevice(d));
+      MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(streams[d]));
+      std::string first;
+      EXPECT_EQ(mismatches(download(buf[d], N), want, &first), 0u)
+          << what << ", device " << d << ": " << first;
+    }
+  };
+
+  // One thread, one group: an allreduce on every communicator and a send/recv ring.
+  uint64_t seed = testSeed();
+  fill(seed);
+  NCCL_OK(ncclGroupStart());
+  for (int d = 0; d < ndev; ++d) {
+    NCCL_OK(ncclSend(buf[d], N, ncclFloat32, (d + 1) % ndev, comms[d], streams[d]));
+    NCCL_OK(ncclRecv(ring[d], N, ncclFloat32, (d + ndev - 1) % ndev, comms[d], streams[d]));
+  }
+  NCCL_OK(ncclGroupEnd());
+  NCCL_OK(ncclGroupStart());
+  for (int d = 0; d < ndev; ++d)
+    NCCL_OK(ncclAllReduce(buf[d], buf[d], N, ncclFloat32, ncclSum, comms[d], streams[d]));
+  NCCL_OK(ncclGroupEnd());
+  expectSum(seed, "one thread, grouped allreduce");
+  for (int d = 0; d < ndev; ++d) {
+    MESHCOMM_CUDA_CHECK(cudaSetDevice(d));
+    std::string first;
+    EXPECT_EQ(mismatches(download(ring[d], N), input(seed, (d + ndev - 1) % ndev, N), &first), 0u)
+        << "one thread, send/recv ring, device " << d << ": " << first;
+  }
+
+  // One thread per GPU, each calling on its own communicator.
+  fill(++seed);
+  std::vector<ncclResult_t> results(ndev, ncclSuccess);
+  std::vector<std::thread> threads;
+  for (int d = 0; d < ndev; ++d) {
+    threads.emplace_back([&, d] {
+      if (cudaSetDevice(d) != cudaSuccess) {
+        results[d] = ncclUnhandledCudaError;
+        return;
+      }
+      results[d] = ncclAllReduce(buf[d], buf[d], N, ncclFloat32, ncclSum, comms[d], streams[d]);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int d = 0; d < ndev; ++d) EXPECT_EQ(results[d], ncclSuccess) << "thread of device " << d;
+  expectSum(seed, "one thread per GPU");
+
+  // Destroyed in turn by one thread: each call returns without waiting for the others (NCCL semantics).
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int d = 0; d < ndev; ++d) NCCL_OK(ncclCommDestroy(comms[d]));
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 20.0) << "destroying the local communicators one after the other took " << secs << " s";
+  for (int d = 0; d < ndev; ++d) {
+    MESHCOMM_CUDA_CHECK(cudaSetDevice(d));
+    MESHCOMM_CUDA_CHECK(cudaStreamDestroy(streams[d]));
+    MESHCOMM_CUDA_CHECK(cudaFree(buf[d]));
+    MESHCOMM_CUDA_CHECK(cudaFree(ring[d]));
+  }
+  MESHCOMM_CUDA_CHECK(cudaSetDevice(saved));
 }
 
 }  // namespace

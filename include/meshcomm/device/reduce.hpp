@@ -184,7 +184,11 @@ struct IntElement {
   static constexpr bool kFloat = false;
   MESHCOMM_DEVICE_INLINE static Acc toAcc(Raw r) { return r; }
   MESHCOMM_DEVICE_INLINE static Raw fromAcc(Acc a) { return a; }
-  MESHCOMM_DEVICE_INLINE static Raw fromDouble(double d) { return static_cast<T>(d); }
+  // An integral scalar wraps modulo 2^bits (-1 is all ones for unsigned types); a fraction is truncated.
+  MESHCOMM_DEVICE_INLINE static Raw fromDouble(double d) {
+    return d < 0 ? static_cast<T>(static_cast<long long>(d))
+                 : static_cast<T>(static_cast<unsigned long long>(d));
+  }
 };
 template <>
 struct Element<DataType::I8> : IntElement<int8_t> {};
@@ -272,14 +276,16 @@ struct Reducer {
     }
   }
 
-  // Element level.
+  // Element level. first/accumulate take this rank's own input (premulsum: multiplied by this rank's
+  // scalar, as NCCL's premulsum scales each rank's input by that rank's scalar); the *Prescaled variants
+  // take a peer's contribution that its owner already passed through prescale().
   MESHCOMM_DEVICE_INLINE Acc first(Raw x) const {
     Acc v = E::toAcc(x);
     if constexpr (Op == ReduceOp::PreMulSum) v = mul(v, scalar);
     return v;
   }
-  MESHCOMM_DEVICE_INLINE void accumulate(Acc& acc, Raw x) const {
-    const Acc v = first(x);
+  MESHCOMM_DEVICE_INLINE static Acc firstPrescaled(Raw x) { return E::toAcc(x); }
+  MESHCOMM_DEVICE_INLINE static void combine(Acc& acc, Acc v) {
     if constexpr (Op == ReduceOp::Prod) {
       acc = mul(acc, v);
     } else if constexpr (Op == ReduceOp::Min) {
@@ -288,6 +294,16 @@ struct Reducer {
       acc = maximum(acc, v);
     } else {  // Sum, Avg, PreMulSum
       acc = add(acc, v);
+    }
+  }
+  MESHCOMM_DEVICE_INLINE void accumulate(Acc& acc, Raw x) const { combine(acc, first(x)); }
+  MESHCOMM_DEVICE_INLINE static void accumulatePrescaled(Acc& acc, Raw x) { combine(acc, E::toAcc(x)); }
+  // This rank's input element as its peers must reduce it (premulsum: scaled and rounded to the type).
+  MESHCOMM_DEVICE_INLINE Raw prescale(Raw x) const {
+    if constexpr (Op == ReduceOp::PreMulSum) {
+      return E::fromAcc(first(x));
+    } else {
+      return x;
     }
   }
   MESHCOMM_DEVICE_INLINE Raw finish(Acc acc) const {
@@ -302,18 +318,34 @@ struct Reducer {
     }
   }
 
-  // Pack level (16 bytes = kPerPack elements).
-  MESHCOMM_DEVICE_INLINE void first(Accs& acc, const uint4& x) const {
+  // Pack level (16 bytes = kPerPack elements): the element-level operations above, element by element.
+  template <class F>
+  MESHCOMM_DEVICE_INLINE static void eachElement(const uint4& x, F&& f) {
     PackView pv;
     pv.u = x;
 #pragma unroll
-    for (int k = 0; k < kPerPack; ++k) acc.v[k] = first(pv.e[k]);
+    for (int k = 0; k < kPerPack; ++k) f(k, pv.e[k]);
+  }
+  MESHCOMM_DEVICE_INLINE void first(Accs& acc, const uint4& x) const {
+    eachElement(x, [&](int k, Raw e) { acc.v[k] = first(e); });
   }
   MESHCOMM_DEVICE_INLINE void accumulate(Accs& acc, const uint4& x) const {
-    PackView pv;
-    pv.u = x;
-#pragma unroll
-    for (int k = 0; k < kPerPack; ++k) accumulate(acc.v[k], pv.e[k]);
+    eachElement(x, [&](int k, Raw e) { accumulate(acc.v[k], e); });
+  }
+  MESHCOMM_DEVICE_INLINE void firstPrescaled(Accs& acc, const uint4& x) const {
+    eachElement(x, [&](int k, Raw e) { acc.v[k] = firstPrescaled(e); });
+  }
+  MESHCOMM_DEVICE_INLINE void accumulatePrescaled(Accs& acc, const uint4& x) const {
+    eachElement(x, [&](int k, Raw e) { accumulatePrescaled(acc.v[k], e); });
+  }
+  MESHCOMM_DEVICE_INLINE uint4 prescale(const uint4& x) const {
+    if constexpr (Op == ReduceOp::PreMulSum) {
+      PackView out;
+      eachElement(x, [&](int k, Raw e) { out.e[k] = prescale(e); });
+      return out.u;
+    } else {
+      return x;
+    }
   }
   MESHCOMM_DEVICE_INLINE uint4 finish(const Accs& acc) const {
     PackView pv;
@@ -332,10 +364,7 @@ struct Reducer {
     return pv.u;
   }
   MESHCOMM_DEVICE_INLINE void resume(Accs& acc, const uint4& partialPack) const {
-    PackView pv;
-    pv.u = partialPack;
-#pragma unroll
-    for (int k = 0; k < kPerPack; ++k) acc.v[k] = E::toAcc(pv.e[k]);
+    firstPrescaled(acc, partialPack);
   }
 };
 

@@ -71,14 +71,14 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
                                          (static_cast<uint64_t>(ep.half) * kAreas + ar) * n * a.slotBytes);
   };
 
-  // Phase 1: contributions to the owners (slot `me` of area 0 in every peer's region).
+  // Phase 1: contributions (prescaled) to the owners (slot `me` of area 0 in every peer's region).
   if constexpr (M == LLMode::Reduce) {
     // Reduce: the whole input to the root; tokens (pack 0 of slot `me`) to every non-root peer.
     if (me != a.root) {
       const uint32_t inAlign = alignClass(a.input);
       LL16Packet* dst = area(a.root, 0) + me * slotPackets;
       for (uint64_t j = range.begin + threadIdx.x; j < range.end; j += blockDim.x)
-        writePackLL(dst, j, loadPack(a.input, j, a.bytes, inAlign), ep.flag);
+        writePackLL(dst, j, red.prescale(loadPack(a.input, j, a.bytes, inAlign)), ep.flag);
     }
     if (blockIdx.x == 0 && threadIdx.x < static_cast<uint32_t>(n - 1)) {
       const int p = device::peerAt(v, static_cast<int>(threadIdx.x));
@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
   }
   for (uint64_t j = range.begin + threadIdx.x; M != LLMode::Reduce && j < range.end; j += blockDim.x) {
     if constexpr (M == LLMode::OneShot) {
-      const uint4 x = loadPack(a.input, j, a.bytes, alignClass(a.input));
+      const uint4 x = red.prescale(loadPack(a.input, j, a.bytes, alignClass(a.input)));
       for (int i = 0; i < n - 1; ++i) {
         const int p = device::peerAt(v, i);
         writePackLL(area(p, 0) + me * slotPackets, j, x, ep.flag);
@@ -97,8 +97,8 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
         const int p = device::peerAt(v, i);
         if (j < seg.packs(p)) {
           const char* src = a.input + seg.start(p);
-          writePackLL(area(p, 0) + me * slotPackets, j, loadPack(src, j, seg.length(p), alignClass(src)),
-                      ep.flag);
+          writePackLL(area(p, 0) + me * slotPackets, j,
+                      red.prescale(loadPack(src, j, seg.length(p), alignClass(src))), ep.flag);
         }
       }
     }

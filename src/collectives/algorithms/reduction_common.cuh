@@ -8,6 +8,7 @@
 #include "collectives/algorithms/reduction_common.hpp"
 #include "meshcomm/comm_resources.hpp"
 #include "meshcomm/device/comm_device.hpp"
+#include "meshcomm/device/copy.hpp"
 #include "meshcomm/device/device_error.hpp"
 #include "meshcomm/device/packet.hpp"
 #include "meshcomm/device/reduce.hpp"
@@ -186,26 +187,45 @@ MESHCOMM_DEVICE_INLINE SpinContext anySpinContext(const CommDeviceView& v) {
 // ---- rank-order reduction
 // ------------------------------------------------------------------------------------
 
-// Reduces ranks 0..n-1 in rank order, taking `own` for rank `me` and vals[r] for the others. Unrolled over
-// kMaxRanks with constant indices, so vals stays in registers.
+// Reduces ranks 0..n-1 in rank order, taking `own` (this rank's raw input) for rank `me` and vals[r] (peer
+// r's contribution, already prescaled by its owner) for the others. Unrolled over kMaxRanks with constant
+// indices, so vals stays in registers.
 template <DataType D, ReduceOp Op>
 MESHCOMM_DEVICE_INLINE uint4 reduceRankOrder(const device::Reducer<D, Op>& red,
                                              const uint4 (&vals)[kMaxRanks], const uint4& own, int me,
                                              int n) {
-  // Values are selected (never addresses: an lvalue `cond ? own : vals[r]` would put vals in local memory).
   typename device::Reducer<D, Op>::Accs acc;
-  uint4 x = vals[0];
-  if (me == 0) x = own;
-  red.first(acc, x);
+  if (me == 0) {
+    red.first(acc, own);
+  } else {
+    red.firstPrescaled(acc, vals[0]);
+  }
 #pragma unroll
   for (int r = 1; r < kMaxRanks; ++r) {
     if (r < n) {
-      x = vals[r];
-      if (r == me) x = own;
-      red.accumulate(acc, x);
+      if (r == me) {
+        red.accumulate(acc, own);
+      } else {
+        red.accumulatePrescaled(acc, vals[r]);
+      }
     }
   }
   return red.finish(acc);
+}
+
+// Copies `bytes` of this rank's input to where a peer reduces it (16-byte aligned `dst`), prescaled for
+// premulsum (the other operators copy the bytes as they are). Plain global stores: the caller orders them
+// before its signal.
+template <int kUnroll, DataType D, ReduceOp Op>
+MESHCOMM_DEVICE_INLINE void copyPrescaled(const device::Reducer<D, Op>& red, char* dst, const char* src,
+                                          uint64_t bytes, uint32_t tid, uint32_t nThreads) {
+  if constexpr (Op == ReduceOp::PreMulSum) {
+    const uint32_t srcAlign = alignClass(src);
+    for (uint64_t q = tid; q < packsOf(bytes); q += nThreads)
+      storePack(dst, q, bytes, 16, red.prescale(loadPack(src, q, bytes, srcAlign)));
+  } else {
+    device::copy<kUnroll>(dst, src, bytes, tid, nThreads);
+  }
 }
 
 }  // namespace meshcomm::reduction

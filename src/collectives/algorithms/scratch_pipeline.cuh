@@ -113,15 +113,15 @@ __global__ void __launch_bounds__(kMaxThreads) pipelineReduceKernel(PipeArgs a) 
     const uint64_t b1 = std::min(t1 * kPackBytes, len);
     return b1 > b0 ? b1 - b0 : 0;
   };
-  // A(i) + B(i): tile i of segment p into RS[i%2][me] of every peer p, then signal every peer.
+  // A(i) + B(i): tile i of segment p (prescaled) into RS[i%2][me] of every peer p, then signal every peer.
   auto put = [&](uint32_t i) {
     const uint64_t t0 = tileStart(i), t1 = tileEnd(i);
     for (int k = 0; k < n - 1; ++k) {
       const int p = device::peerAt(v, k);
       const uint64_t nb = bytesIn(p, t0, t1);
       if (nb > 0) {
-        device::copy<kCopyUnroll>(scratchAt(p, i & 1, 0, me), a.input + seg.start(p) + t0 * kPackBytes, nb,
-                                  threadIdx.x, blockDim.x);
+        copyPrescaled<kCopyUnroll>(red, scratchAt(p, i & 1, 0, me), a.input + seg.start(p) + t0 * kPackBytes,
+                                   nb, threadIdx.x, blockDim.x);
       }
     }
     __syncthreads();
