@@ -8,9 +8,31 @@ command -v ninja >/dev/null || need+=(ninja-build)
 command -v clang-format >/dev/null || need+=(clang-format)
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -d /usr/src/googletest ]; then need+=(googletest libgtest-dev); fi
 if [ ! -f /usr/include/nlohmann/json.hpp ]; then need+=(nlohmann-json3-dev); fi
-if [ ${#need[@]} -eq 0 ]; then exit 0; fi
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "install-deps: installing ${need[*]}"
-$sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"
+# The Python package (docs/python.md) is built for and tested with the python3 on PATH: it needs pip and the
+# interpreter's headers (Debian's python3-pip / python3-dev for the system python; pyenv and venvs have both).
+py=$(command -v python3 || true)
+if [ -z "$py" ]; then need+=(python3 python3-dev python3-pip python3-venv)
+else
+  "$py" -m pip --version >/dev/null 2>&1 || need+=(python3-pip)
+  "$py" -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' \
+    2>/dev/null || need+=(python3-dev)
+fi
+if [ ${#need[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "install-deps: installing ${need[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}"
+fi
+# From PyPI: nanobind and scikit-build-core (the extension's build; `pip install .` fetches them itself) and
+# pytest (tests/python). PIP_BREAK_SYSTEM_PACKAGES lets pip install into a Debian system python (PEP 668) on
+# a throwaway build machine; pyenv and venv interpreters ignore it.
+py=$(command -v python3)
+pyneed=()
+"$py" -c 'import nanobind' 2>/dev/null || pyneed+=('nanobind>=2.4')
+"$py" -c 'import scikit_build_core' 2>/dev/null || pyneed+=('scikit-build-core>=0.10')
+"$py" -c 'import pytest' 2>/dev/null || pyneed+=(pytest)
+if [ ${#pyneed[@]} -gt 0 ]; then
+  echo "install-deps: pip installing ${pyneed[*]} for $py"
+  PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet "${pyneed[@]}"
+fi

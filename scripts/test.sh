@@ -3,12 +3,16 @@
 # CPU tests always run; GPU tests run on all local GPUs or are reported as skipped with the reason.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$repo/build}
 "$repo/scripts/install-deps.sh"
 "$repo/scripts/check-format.sh"
-"$repo/scripts/build.sh"
+# The Python extension is built in the same tree (the CUDA code compiles once); pytest imports it below.
+"$repo/scripts/build.sh" -DMESHCOMM_BUILD_PYTHON=ON -DPython_EXECUTABLE="$(command -v python3)"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 ngpu=$( (nvidia-smi -L 2>/dev/null || true) | grep -c '^GPU' || true)
 if [ "$ngpu" -lt 2 ]; then
   echo "test.sh: $ngpu NVIDIA GPU(s) visible: the GPU tests (gpu_Nranks) need N GPUs and will show as skipped."
 fi
-ctest --test-dir "${BUILD_DIR:-$repo/build}" --output-on-failure -j "$(nproc)"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+# Python tests (docs/python.md) on this build's extension; the GPU ones print why they are skipped.
+PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -rs "$repo/tests/python"

@@ -8,10 +8,10 @@
 #include <unordered_map>
 
 #include "base/logging.hpp"
-#include "collectives/builtin.hpp"
 #include "collectives/default_table.hpp"
 #include "collectives/selection_plan.hpp"
 #include "collectives/validation.hpp"
+#include "meshcomm/builtin_algorithms.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
@@ -129,8 +129,7 @@ Comm::Impl::Impl(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config)
       device(communicator->cudaDevice()) {
   CudaDeviceGuard guard(device);
   resources = std::make_unique<CommResources>(*communicator, config.resources);
-  builtin::registerReductionAlgorithms(algorithms);
-  builtin::registerMovementAlgorithms(algorithms);
+  algorithms = builtinAlgorithms();
   for (const auto& a : algorithms.all()) initialize(*a);
   selector = loadSelector();
   forced = forcedAlgorithmsFromEnv();

@@ -1,0 +1,45 @@
+"""One rank of a multi-process test (started by rank_launcher.run_ranks): argv = scenario rank n [args].
+Prints 'RESULT <json>' and exits 0, or raises (exit 1, traceback on stderr)."""
+
+import json
+import sys
+
+import meshcomm
+from bootstrap_exercise import exercise
+
+
+def bootstrap_uid(rank, n, uid_hex):
+    uid = meshcomm.UniqueId(bytes.fromhex(uid_hex))
+    return exercise(meshcomm.TcpBootstrap(rank, n, uid, timeout=60))
+
+
+def bootstrap_env(rank, n):
+    env = meshcomm.RankEnv.from_env()
+    result = exercise(meshcomm.TcpBootstrap.from_env())
+    result["rank_env"] = [env.rank, env.world_size, env.local_rank, env.local_world_size, env.source]
+    return result
+
+
+def gpu_collectives(rank, n):
+    import gpu_checks
+
+    return gpu_checks.run_all(rank, n)
+
+
+def gpu_single(rank, n):
+    import gpu_checks
+
+    return gpu_checks.run_single()
+
+
+SCENARIOS = {
+    "bootstrap_uid": bootstrap_uid,
+    "bootstrap_env": bootstrap_env,
+    "gpu_collectives": gpu_collectives,
+    "gpu_single": gpu_single,
+}
+
+if __name__ == "__main__":
+    scenario, rank, n, *args = sys.argv[1:]
+    result = SCENARIOS[scenario](int(rank), int(n), *args)
+    print("RESULT " + json.dumps(result), flush=True)
