@@ -7,7 +7,8 @@
 # with 2 ranks and with all GPUs (everything, the collective suite included, each time) -> the killed-rank
 # test (MESHCOMM_TEST_EXPECT_KILL mode) -> the ping-pong example -> PyTorch on the NCCL shim (LD_PRELOAD:
 # tests/nccl_shim/torch_ops_check.py, DDP losses vs NCCL; skipped without torch) -> meshcomm-channel-bench on 2 GPUs (--json)
-# -> meshcomm-bench -o all vs NCCL on all GPUs and on 2 GPUs (--json). A failed step is recorded and the script goes on; it exits 1 at the end if any
+# -> meshcomm-bench -o all vs NCCL on all GPUs, allreduce on registered buffers (--register) on all GPUs, and
+# -o all on 2 GPUs (--json). A failed step is recorded and the script goes on; it exits 1 at the end if any
 # step failed. OUT_DIR receives at most 8 files:
 #   build.log (environment, configure, build, CPU unit tests) gpu2.log gpuN.log
 #   extra.log (failure test, example, the benchmarks' output) bench.json (channel bench)
@@ -268,6 +269,11 @@ if [[ $BUILT -eq 1 ]]; then
     --json "$OUT/coll_bench.json"
   cat "$TMP/coll.out" >>"$OUT/extra.log"
   record coll-bench "$(result_of "$RC")" "$SECS" "meshcomm-bench -o all -n $NGPUS ($NCCL_NOTE)"
+  # allreduce on registered buffers (Comm::registerBuffer: allreduce_zerocopy above 512 KiB); NCCL unregistered.
+  run_step "$TMP/collreg.out" "$RUN" -n "$NGPUS" --timeout 200 -- "$COLL_BENCH" "${COLL_ARGS[@]}" -o allreduce \
+    -b 1M --register --json "$TMP/coll_bench_registered.json"
+  cat "$TMP/collreg.out" >>"$OUT/extra.log"
+  record coll-bench-registered "$(result_of "$RC")" "$SECS" "meshcomm-bench -o allreduce --register -n $NGPUS ($NCCL_NOTE)"
   if [[ $NGPUS -gt 2 ]]; then
     run_step "$TMP/coll2.out" "$RUN" -n 2 --timeout 300 -- "$COLL_BENCH" "${COLL_ARGS[@]}" \
       --json "$OUT/coll_bench2.json"
@@ -308,12 +314,12 @@ fi
     sed -n '/^\[0\] test  /,$p' "$TMP/bench.out" | sed 's/^\[0\] //' | grep -v '^\[[0-9]*\]'
     echo '```'
   fi
-  for jf in coll_bench.json coll_bench2.json; do
-    [[ -s $OUT/$jf ]] || continue
+  for jf in "$OUT/coll_bench.json" "$OUT/coll_bench2.json" "$TMP/coll_bench_registered.json"; do
+    [[ -s $jf ]] || continue
     echo
-    echo "## meshcomm-bench -o all ($jf: bfloat16; ratio = NCCL time / meshcomm time, > 1: meshcomm faster)"
+    echo "## meshcomm-bench ($(basename "$jf"): bfloat16; ratio = NCCL time / meshcomm time, > 1: meshcomm faster)"
     echo
-    python3 - "$OUT/$jf" <<'PY' || echo "(python3 not available: see $jf)"
+    python3 - "$jf" <<'PY' || echo "(python3 not available: see $jf)"
 import json, sys
 d = json.load(open(sys.argv[1]))
 print(f"{d.get('nranks')} x {d.get('device')}, NCCL {d.get('nccl_version') or 'not compared'}, time = {d.get('time')}")

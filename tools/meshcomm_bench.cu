@@ -162,6 +162,7 @@ struct Options {
   bool compareNccl = false;
   std::string json, algo;
   int root = 0;
+  bool registerBuffers = false;  // --register: Comm::registerBuffer on the buffer pools (zero-copy paths)
 };
 
 uint64_t parseBytes(const std::string& s) {
@@ -191,6 +192,8 @@ void usage() {
       "                   this tool only). NCCL_NVLS_ENABLE=0 is set unless already set.\n"
       "  --json FILE      write one JSON object per (op, size) with every column (rank 0)\n"
       "  --algo NAME      run NAME (Comm::run) instead of the selector's choice\n"
+      "  --register       register the send/recv pools with Comm::registerBuffer (zero-copy algorithms such\n"
+      "                   as allreduce_zerocopy run on them; NCCL still runs unregistered)\n"
       "Time = average over ranks (nccl-tests -a 1) of host time from the first launch to stream completion "
       "/\n"
       "iterations. busbw factors: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall(v), gather,\n"
@@ -269,6 +272,8 @@ Options parseArgs(int argc, char** argv) {
       o.json = value();
     } else if (a == "--algo") {
       o.algo = value();
+    } else if (a == "--register") {
+      o.registerBuffers = true;
     } else if (a == "-h" || a == "--help") {
       usage();
       std::exit(0);
@@ -521,6 +526,12 @@ class Bench {
   }
   ~Bench() {
     cudaStreamSynchronize(stream_);
+    try {
+      for (BufferRegistration& r : registrations_)
+        if (r) comm_.deregisterBuffer(r);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[%d] meshcomm-bench: deregisterBuffer: %s\n", rank_, e.what());
+    }
     if (ncclPreMul_) nccl_.redOpDestroy(*ncclPreMul_, ncclComm_);
     if (ncclComm_ != nullptr) nccl_.commDestroy(ncclComm_);
     cudaFree(sendPool_);
@@ -619,14 +630,21 @@ class Bench {
     }
   }
 
+  // Collective when --register is given (every rank grows its pools at the same sizes).
   void ensurePools(uint64_t bytes) {
     if (bytes <= poolBytes_) return;
     MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (BufferRegistration& r : registrations_)
+      if (r) comm_.deregisterBuffer(r);
     cudaFree(sendPool_);
     cudaFree(recvPool_);
     poolBytes_ = bytes;
     MESHCOMM_CUDA_CHECK(cudaMalloc(&sendPool_, poolBytes_));
     MESHCOMM_CUDA_CHECK(cudaMalloc(&recvPool_, poolBytes_));
+    if (o_.registerBuffers) {
+      registrations_[0] = comm_.registerBuffer(sendPool_, poolBytes_);
+      registrations_[1] = comm_.registerBuffer(recvPool_, poolBytes_);
+    }
   }
 
   // One call of `op` at size S on buffers (send, recv); inPlace uses recv alone.
@@ -1100,6 +1118,7 @@ class Bench {
   size_t es_;
   cudaStream_t stream_ = nullptr;
   void* sendPool_ = nullptr;
+  BufferRegistration registrations_[2];  // --register: send and recv pools
   void* recvPool_ = nullptr;
   uint64_t poolBytes_ = 0;
   unsigned long long* wrong_ = nullptr;

@@ -46,6 +46,15 @@ struct P2POp {
 // Where allToAllv's counts and displacements live.
 enum class CountsLocation : uint8_t { Host, Device };
 
+// Where a call's buffer lies in the buffers registered with Comm::registerBuffer (buffer_registry.hpp):
+// registration index (the same on every rank for the same registration) and byte offset in it; index -1:
+// not registered. Rank-local: peers learn each other's spans on the device.
+struct RegisteredSpan {
+  int32_t index = -1;
+  uint64_t offset = 0;
+  bool registered() const { return index >= 0; }
+};
+
 // Everything an algorithm needs to run one call. Counts are in elements of `dtype`:
 //   allreduce, broadcast, reduce: elements per rank;  allgather, gather: elements each rank contributes;
 //   reduce_scatter, scatter: elements each rank receives;  alltoall: elements per peer;
@@ -67,6 +76,10 @@ struct CollectiveArgs {
   // send/recv group
   const P2POp* p2pOps = nullptr;
   size_t numP2POps = 0;
+
+  // Registered-buffer spans of input and output (set by Comm for allreduce; unregistered otherwise).
+  RegisteredSpan inputSpan;
+  RegisteredSpan outputSpan;
 
   cudaStream_t stream = nullptr;
   bool capturing = false;  // the stream is being captured into a CUDA graph (set by Comm)

@@ -13,6 +13,7 @@
 
 #include "meshcomm/algorithm.hpp"
 #include "meshcomm/bootstrap.hpp"
+#include "meshcomm/buffer_registry.hpp"
 #include "meshcomm/comm_resources.hpp"
 #include "meshcomm/selector.hpp"
 #include "meshcomm/types.hpp"
@@ -71,6 +72,15 @@ class Comm {
   void groupEnd();
   // A device-side barrier of all ranks on `stream`.
   void barrier(cudaStream_t stream);
+
+  // Registered buffers (collective: every rank, same order; not during graph capture). Registers this rank's
+  // [buffer, buffer + bytes) of device memory on this GPU (cudaMalloc or cuMem, e.g. a torch tensor's
+  // storage) and maps every peer's buffer of the same call. Collectives whose buffers lie inside
+  // registrations may then run zero-copy algorithms (allreduce_zerocopy: loads and stores the peers' buffers
+  // directly). A call on registered buffers must be on registered buffers on every rank (the offsets may
+  // differ). deregisterBuffer waits for this GPU and for every peer before it unmaps.
+  BufferRegistration registerBuffer(void* buffer, size_t bytes);
+  void deregisterBuffer(BufferRegistration registration);
 
   // Throws the first device-side error of this communicator (Error(Timeout) naming rank, peer, op).
   void checkError() const;

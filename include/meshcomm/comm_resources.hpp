@@ -23,6 +23,8 @@
 
 namespace meshcomm {
 
+class BufferRegistry;
+
 struct CommResourcesConfig {
   size_t scratchBytes = 0;  // 0: MESHCOMM_SCRATCH_BYTES
   size_t packetBytes = 0;   // 0: MESHCOMM_PACKET_BYTES
@@ -68,6 +70,8 @@ class CommResources {
   // first algorithm that asks for `key` in initialize() creates it; it lives as long as the resources and
   // is destroyed after the device is synchronised, before the buffers are released.
   std::shared_ptr<void>& sharedState(const std::string& key);
+  // The user buffers registered with Comm::registerBuffer (zero-copy algorithms read it in launch()).
+  BufferRegistry& registry() const;
 
  private:
   Communicator& comm_;

@@ -29,7 +29,7 @@ extern "C" {
 #endif
 
 typedef struct ncclComm* ncclComm_t;            /* opaque communicator */
-typedef struct ncclWindow_vidmem* ncclWindow_t; /* opaque window (not implemented) */
+typedef struct ncclWindow_vidmem* ncclWindow_t; /* opaque window */
 #define NCCL_COMM_NULL NULL
 
 #define NCCL_UNIQUE_ID_BYTES 128
@@ -129,7 +129,7 @@ typedef struct ncclSimInfo_v22200 {
 #define NCCL_SIM_INFO_INITIALIZER \
   { sizeof(ncclSimInfo_t), 0x74685283, NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_UNDEF_FLOAT }
 
-/* Flags of ncclCommWindowRegister (windows are not implemented: the call answers ncclInvalidUsage). */
+/* Flags of ncclCommWindowRegister (hints: meshcomm windows are collective registrations, any offsets). */
 #define NCCL_WIN_DEFAULT 0x00
 #define NCCL_WIN_COLL_SYMMETRIC 0x01
 #define NCCL_WIN_REQUIRED_ALIGNMENT 4096

@@ -11,6 +11,7 @@
 #include "collectives/default_table.hpp"
 #include "collectives/selection_plan.hpp"
 #include "collectives/validation.hpp"
+#include "meshcomm/buffer_registry.hpp"
 #include "meshcomm/builtin_algorithms.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
@@ -102,6 +103,8 @@ class Comm::Impl {
   void collective(const char* op, CollectiveArgs& args);
   // The part after validation (groupEnd runs it on operations validated one by one).
   void launchSelected(const char* op, CollectiveArgs& args, const Selection* forcedSelection);
+  // Where the call's buffers lie in registered buffers (allreduce; a host lookup, no synchronisation).
+  void findSpans(CollectiveArgs& args) const;
 
   void addP2P(P2POp::Kind kind, const void* buffer, size_t count, DataType dtype, int peer,
               cudaStream_t stream);
@@ -172,7 +175,16 @@ void Comm::Impl::initialize(Algorithm& algorithm) {
 void Comm::Impl::collective(const char* op, CollectiveArgs& args) {
   validateCollective(validation(), op, args);
   if (isNoOp(args)) return;
+  findSpans(args);
   launchSelected(op, args, nullptr);
+}
+
+void Comm::Impl::findSpans(CollectiveArgs& args) const {
+  const BufferRegistry& registry = resources->registry();
+  if (registry.count() == 0 || args.collective != Collective::AllReduce) return;
+  const size_t bytes = args.count * dataTypeSize(args.dtype);
+  args.inputSpan = registry.find(args.input, bytes);
+  args.outputSpan = registry.find(args.output, bytes);
 }
 
 void Comm::Impl::launchSelected(const char* op, CollectiveArgs& args, const Selection* forcedSelection) {
@@ -397,7 +409,22 @@ void Comm::setSelector(Selector selector) {
 }
 
 Selection Comm::select(const CollectiveArgs& args) const {
-  return impl_->currentPlan().select(args, impl_->topo());
+  CollectiveArgs a = args;
+  impl_->findSpans(a);
+  return impl_->currentPlan().select(a, impl_->topo());
+}
+
+BufferRegistration Comm::registerBuffer(void* buffer, size_t bytes) {
+  DeviceScope scope(impl_->device);
+  const char* problem =
+      buffer == nullptr ? "is null" : bufferProblem(impl_->pointerQuery.query(buffer), impl_->device);
+  MESHCOMM_REQUIRE(problem == nullptr, "rank ", rank(), ": registerBuffer: buffer: ", problem);
+  return impl_->resources->registry().add(buffer, bytes);
+}
+
+void Comm::deregisterBuffer(BufferRegistration registration) {
+  DeviceScope scope(impl_->device);
+  impl_->resources->registry().remove(registration);
 }
 
 void Comm::run(const CollectiveArgs& args, const std::string& algorithm, LaunchConfig config) {
@@ -405,6 +432,7 @@ void Comm::run(const CollectiveArgs& args, const std::string& algorithm, LaunchC
   CollectiveArgs a = args;
   validateCollective(impl_->validation(), op, a);
   if (isNoOp(a)) return;
+  impl_->findSpans(a);
   std::shared_ptr<Algorithm> chosen = impl_->algorithms.find(algorithm);
   MESHCOMM_REQUIRE(chosen != nullptr && chosen->collective() == a.collective, "rank ", rank(), ": ", op,
                    ": algorithm '", algorithm, "' is not a registered ", op, " algorithm");

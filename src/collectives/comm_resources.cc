@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 
+#include "collectives/memory_exchange.hpp"
+#include "meshcomm/buffer_registry.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
@@ -122,28 +124,18 @@ struct CommResources::State {
   GpuBuffer devicePeerPackets;
   std::vector<std::unique_ptr<GpuBuffer>> deviceWords;
   std::map<std::string, std::shared_ptr<void>> shared;
+  std::unique_ptr<BufferRegistry> registry;  // last: its peer mappings go first
 };
 
 namespace {
 
 void shareBuffers(Communicator& comm, SharedBuffer& scratch, SharedBuffer& packets) {
-  const int rank = comm.rank(), n = comm.size();
-  for (SharedBuffer* b : {&scratch, &packets}) {
-    b->byRank.resize(n);
-    b->byRank[rank] = comm.registerMemory(b->buffer.data(), b->buffer.size());
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    comm.sendMemory(scratch.byRank[rank], p, kScratchTag);
-    comm.sendMemory(packets.byRank[rank], p, kPacketTag);
-  }
-  for (int p = 0; p < n; ++p) {
-    if (p == rank) continue;
-    scratch.byRank[p] = comm.recvMemory(p, kScratchTag);
-    packets.byRank[p] = comm.recvMemory(p, kPacketTag);
-    MESHCOMM_REQUIRE(scratch.byRank[p].isMapped() && packets.byRank[p].isMapped(), "rank ", rank,
-                     ": CommResources: the scratch/packet buffers of peer ", p, " are not mapped here");
-  }
+  scratch.byRank =
+      exchangeWithAllPeers(comm, comm.registerMemory(scratch.buffer.data(), scratch.buffer.size()),
+                           kScratchTag, "CommResources: the scratch buffer");
+  packets.byRank =
+      exchangeWithAllPeers(comm, comm.registerMemory(packets.buffer.data(), packets.buffer.size()),
+                           kPacketTag, "CommResources: the packet buffer");
 }
 
 // Sends this rank's inbound tokens for `peer` (channel order) as: count header, pools, entries.
@@ -261,6 +253,7 @@ CommResources::CommResources(Communicator& comm, const CommResourcesConfig& conf
   view_.peerPackets = static_cast<void**>(s.devicePeerPackets.data());
   view_.scratchBytes = cfg.scratchBytes;
   view_.packetBytes = cfg.packetBytes;
+  s.registry = std::make_unique<BufferRegistry>(comm);
 }
 
 CommResources::~CommResources() {
@@ -271,6 +264,7 @@ CommResources::~CommResources() {
   }
   // Release in the reverse order of construction.
   State& s = *state_;
+  s.registry.reset();
   s.shared.clear();
   s.deviceWords.clear();
   s.devicePeerPackets = GpuBuffer();
@@ -308,6 +302,10 @@ uint64_t* CommResources::allocateDeviceWords(size_t count) {
 
 std::shared_ptr<void>& CommResources::sharedState(const std::string& key) {
   return state_->shared[key];
+}
+
+BufferRegistry& CommResources::registry() const {
+  return *state_->registry;
 }
 
 }  // namespace meshcomm

@@ -14,10 +14,12 @@ const char* defaultSelectionTable() {
   return R"json({"rules": [
   {"collective": "allreduce", "max_bytes": 131072, "algorithm": "allreduce_oneshot_ll"},
   {"collective": "allreduce", "max_bytes": 524288, "algorithm": "allreduce_twoshot_ll"},
+  {"collective": "allreduce", "min_bytes": 524289, "max_bytes": 16777216, "algorithm": "allreduce_zerocopy"},
   {"collective": "allreduce", "algorithm": "allreduce_rsag"},
   {"collective": "reduce_scatter", "max_bytes": 262144, "algorithm": "reduce_scatter_ll"},
   {"collective": "reduce_scatter", "algorithm": "reduce_scatter_scratch"},
-  {"collective": "reduce", "max_bytes": 262144, "algorithm": "reduce_ll"},
+  {"collective": "reduce", "max_bytes": 131072, "algorithm": "reduce_ll"},
+  {"collective": "reduce", "max_bytes": 524288, "algorithm": "reduce_chain", "blocks": 32},
   {"collective": "reduce", "algorithm": "reduce_chain"},
   {"collective": "allgather", "max_bytes": 262144, "algorithm": "allgather_ll"},
   {"collective": "allgather", "algorithm": "allgather_scratch"},

@@ -23,6 +23,7 @@
 #include "nccl/local_teardown.hpp"
 #include "nccl/nccl_types.hpp"
 
+using meshcomm::BufferRegistration;
 using meshcomm::Comm;
 using meshcomm::CommConfig;
 using meshcomm::DataType;
@@ -52,6 +53,12 @@ struct ncclComm {
   std::string lastError;
   std::vector<PreMulSumOp> ops;  // ncclRedOp_t ncclNumOps + i
   bool inGroup = false;          // this thread's open group has point-to-point operations on this comm
+};
+
+// An NCCL window: one Comm::registerBuffer registration of its communicator.
+struct ncclWindow_vidmem {
+  ncclComm* comm = nullptr;
+  BufferRegistration registration;
 };
 
 namespace {
@@ -364,8 +371,9 @@ ncclResult_t ncclMemFree(void* ptr) {
   return ncclSuccess;
 }
 
-// Registration is a hint in NCCL (it enables zero-copy paths); meshcomm's algorithms do not use registered
-// buffers yet, so the handle only records the buffer and every call stays correct without it.
+// Registration is a local hint in NCCL (it enables zero-copy paths); meshcomm registers buffers collectively
+// (Comm::registerBuffer, reached through ncclCommWindowRegister), so the handle only records the buffer and
+// every call stays correct without it.
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   SHIM_REQUIRE(comm != nullptr && handle != nullptr, comm, "ncclCommRegister", "comm or handle is NULL");
   SHIM_REQUIRE(buff != nullptr || size == 0, comm, "ncclCommRegister", "buff is NULL");
@@ -597,11 +605,35 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int*, int, ncclComm_t*, ncclConfig_
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
   return SHIM_UNSUPPORTED("ncclCommRevoke", comm);
 }
-ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void*, size_t, ncclWindow_t*, int) {
-  return SHIM_UNSUPPORTED("ncclCommWindowRegister", comm);
+// Windows: NCCL's collective registration of one buffer per rank is meshcomm's Comm::registerBuffer (the
+// zero-copy allreduce runs on calls inside windows). The flags are hints (symmetric or not, meshcomm learns
+// every peer's offset on the device).
+ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int) {
+  const char* fn = "ncclCommWindowRegister";
+  SHIM_COMM(fn);
+  SHIM_REQUIRE(win != nullptr, comm, fn, "win is NULL");
+  return guarded(fn, comm, [&] {
+    MESHCOMM_REQUIRE(
+        tGroup.depth == 0, who(comm, fn),
+        ": inside ncclGroupStart/End (several communicators per thread) is not supported; register "
+        "outside a group");
+    auto w = std::make_unique<ncclWindow_vidmem>();
+    w->comm = comm;
+    w->registration = comm->comm->registerBuffer(buff, size);
+    *win = w.release();
+    return ncclSuccess;
+  });
 }
-ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t) {
-  return SHIM_UNSUPPORTED("ncclCommWindowDeregister", comm);
+ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  const char* fn = "ncclCommWindowDeregister";
+  SHIM_COMM(fn);
+  SHIM_REQUIRE(win != nullptr && win->comm == comm, comm, fn,
+               "win is NULL or belongs to another communicator");
+  return guarded(fn, comm, [&] {
+    std::unique_ptr<ncclWindow_vidmem> owned(win);
+    comm->comm->deregisterBuffer(owned->registration);
+    return ncclSuccess;
+  });
 }
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
   return SHIM_UNSUPPORTED("ncclGroupSimulateEnd", nullptr);

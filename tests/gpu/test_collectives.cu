@@ -1581,6 +1581,79 @@ TEST_F(Collectives, BadArgumentsThrowNamingRankAndOp) {
 }
 
 // Count 0 is a no-op on every collective: returns at once and touches nothing.
+// Registered buffers: the selector routes allreduce calls inside registrations to allreduce_zerocopy (and
+// back to the scratch algorithms once deregistered); the zero-copy algorithm forced over the reduction
+// matrix (every dtype, op, count, offsets, in place; premulsum falls through to the next rule); ranks whose
+// buffers sit at different offsets of their registrations (the kernel learns the peers' offsets).
+TEST_F(Collectives, ZeroCopyAllReduceOnRegisteredBuffers) {
+  const int n = worldSize(), me = rank();
+  cudaStream_t s = stream();
+  // Room for the matrix and for the 1.2 MB checks below (the probe's 1 MiB call must lie inside).
+  const size_t capacity = std::max<size_t>(
+      caseCapacity(Collective::AllReduce, matrixCounts().back(), DataType::F64, 1), 2u << 20);
+  auto& send = keep<GuardedBuffer>(capacity);
+  auto& recv = keep<GuardedBuffer>(capacity);
+  const BufferRegistration regSend = cc().registerBuffer(send.base(), send.totalBytes());
+  const BufferRegistration regRecv = cc().registerBuffer(recv.base(), recv.totalBytes());
+  ASSERT_TRUE(regSend && regRecv);
+
+  CollectiveArgs probe;
+  probe.collective = Collective::AllReduce;
+  probe.input = send.at(0);
+  probe.output = recv.at(0);
+  probe.count = (1u << 20) / 2;
+  probe.dtype = DataType::BF16;
+  if (!selectionOverridden()) {
+    EXPECT_EQ(cc().select(probe).algorithm->name(), "allreduce_zerocopy");
+  }
+  {
+    ScopedAlgorithm forced(cc(), Collective::AllReduce, "allreduce_zerocopy");
+    runCases(reductionMatrix(Collective::AllReduce, testSeed() + 29, n), send, recv);
+  }
+
+  // Per-rank offsets: rank r's input starts 4*r bytes into its registration, its output 4*(n-r)+8 bytes in.
+  const uint64_t count = 300001;
+  const uint64_t inOff = 4 * static_cast<uint64_t>(me), outOff = 4 * static_cast<uint64_t>(n - me) + 8;
+  ASSERT_LE(count * 4 + 64, send.capacity());
+  std::vector<float> in(count), out(count);
+  for (uint64_t i = 0; i < count; ++i)
+    in[i] = static_cast<float>((i * 7 + static_cast<uint64_t>(me) * 13) % 1001) - 500;
+  send.poison(s, 0x5a);
+  recv.poison(s, 0xa5);
+  MESHCOMM_CUDA_CHECK(cudaMemcpyAsync(send.at(inOff), in.data(), count * 4, cudaMemcpyHostToDevice, s));
+  {
+    ScopedAlgorithm forced(cc(), Collective::AllReduce, "allreduce_zerocopy");
+    CollectiveArgs a = probe;
+    a.input = send.at(inOff);
+    a.output = recv.at(outOff);
+    a.count = count;
+    a.dtype = DataType::F32;
+    if (!selectionOverridden()) EXPECT_EQ(cc().select(a).algorithm->name(), "allreduce_zerocopy");
+    cc().allReduce(send.at(inOff), recv.at(outOff), count, DataType::F32, ReduceOp::Sum, s);
+  }
+  MESHCOMM_CUDA_CHECK(cudaMemcpyAsync(out.data(), recv.at(outOff), count * 4, cudaMemcpyDeviceToHost, s));
+  recv.countOutside(s, recv.at(outOff), count * 4, 0xa5, counters_.at(0));
+  const auto outside = counters_.collect(s);
+  uint64_t wrong = 0;
+  for (uint64_t i = 0; i < count; ++i) {
+    double ref = 0;
+    for (int r = 0; r < n; ++r)
+      ref += static_cast<double>((i * 7 + static_cast<uint64_t>(r) * 13) % 1001) - 500;
+    if (static_cast<double>(out[i]) != ref && ++wrong <= 3)
+      ADD_FAILURE() << "[rank " << me << "] element " << i << ": " << out[i] << " != " << ref;
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(outside[0], 0u) << "bytes written outside the output";
+  EXPECT_NO_THROW(cc().checkError());
+
+  cc().deregisterBuffer(regSend);
+  cc().deregisterBuffer(regRecv);
+  if (!selectionOverridden()) {
+    EXPECT_NE(cc().select(probe).algorithm->name(), "allreduce_zerocopy");
+  }
+  EXPECT_THROW(cc().deregisterBuffer(regSend), Error);
+}
+
 TEST_F(Collectives, ZeroCountIsANoOp) {
   const int n = worldSize(), me = rank();
   auto& a = keep<GuardedBuffer>(64);

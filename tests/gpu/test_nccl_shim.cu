@@ -99,16 +99,28 @@ TEST_F(NcclShim, EveryCollectiveMatchesTheHostReference) {
   };
 
   // allreduce sum, out of place and in place
-  for (int inPlace = 0; inPlace < 2; ++inPlace) {
-    ++seed;
-    upload(in, input(seed, me, N));
-    float* dst = inPlace ? in : out;
-    if (!inPlace) poison(out, N);
-    NCCL_OK(ncclAllReduce(in, dst, N, ncclFloat32, ncclSum, c, s));
-    std::vector<float> want(N, 0.f);
-    for (int q = 0; q < n; ++q)
-      for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
-    check(inPlace ? "allreduce in place" : "allreduce", want, dst);
+  auto allreduceBothWays = [&](const std::string& what) {
+    for (int inPlace = 0; inPlace < 2; ++inPlace) {
+      ++seed;
+      upload(in, input(seed, me, N));
+      float* dst = inPlace ? in : out;
+      if (!inPlace) poison(out, N);
+      NCCL_OK(ncclAllReduce(in, dst, N, ncclFloat32, ncclSum, c, s));
+      std::vector<float> want(N, 0.f);
+      for (int q = 0; q < n; ++q)
+        for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
+      check((what + (inPlace ? " in place" : "")).c_str(), want, dst);
+    }
+  };
+  allreduceBothWays("allreduce");
+  // The same on windows (collective registrations: meshcomm's zero-copy allreduce), then deregistered.
+  {
+    ncclWindow_t winIn = nullptr, winOut = nullptr;
+    NCCL_OK(ncclCommWindowRegister(c, in, N * n * sizeof(float), &winIn, NCCL_WIN_COLL_SYMMETRIC));
+    NCCL_OK(ncclCommWindowRegister(c, out, N * n * sizeof(float), &winOut, NCCL_WIN_DEFAULT));
+    allreduceBothWays("allreduce on windows");
+    NCCL_OK(ncclCommWindowDeregister(c, winIn));
+    NCCL_OK(ncclCommWindowDeregister(c, winOut));
   }
   // PreMulSum: each rank's input is multiplied by that rank's own scalar (host: q + 1, device: -(q + 1) / 2
   // on rank q), as NCCL defines it; the host handle is destroyed right after the enqueue (as nccl-tests

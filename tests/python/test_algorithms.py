@@ -20,7 +20,7 @@ def test_every_collective_has_a_default_algorithm():
 def test_registration_order_is_the_fallback_order():
     collection = meshcomm.build_default_algorithms()
     assert [a.name for a in collection.for_collective(Collective.ALLREDUCE)] == [
-        "allreduce_oneshot_ll", "allreduce_twoshot_ll", "allreduce_rsag"]
+        "allreduce_oneshot_ll", "allreduce_twoshot_ll", "allreduce_rsag", "allreduce_zerocopy"]
     assert [a.name for a in collection.for_collective(Collective.BARRIER)] == ["barrier_channels"]
 
 

@@ -205,11 +205,7 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     const uint64_t packs =
         Segments<kLLLayout<M>>(topo.nRanks, args.count * dataTypeSize(args.dtype)).maxPacks();
-    LaunchConfig c;
-    c.nThreadsPerBlock = 512;
-    c.nBlocks = static_cast<int>(std::min<uint64_t>(ceilDiv(packs, packsPerBlock_), maxBlocks(topo)));
-    c.nBlocks = std::max(c.nBlocks, 1);
-    return c;
+    return blocksForPacks(packs, packsPerBlock_, maxBlocks(topo), 512);
   }
 
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,

@@ -19,6 +19,14 @@ LaunchConfig resolveConfig(const LaunchConfig& requested, const LaunchConfig& de
   return c;
 }
 
+LaunchConfig blocksForPacks(uint64_t packs, uint64_t packsPerBlock, int maxBlocks, int threads) {
+  LaunchConfig c;
+  c.nThreadsPerBlock = threads;
+  const uint64_t want = ceilDiv(packs, std::max<uint64_t>(1, packsPerBlock));
+  c.nBlocks = static_cast<int>(std::max<uint64_t>(1, std::min<uint64_t>(want, std::max(1, maxBlocks))));
+  return c;
+}
+
 std::string ReductionAlgorithm::commonReason(const CollectiveArgs& args, const CommTopology& topo) const {
   if (args.collective != collective_)
     return detail::concat("is not a ", collectiveName(collective_), " algorithm");

@@ -104,6 +104,9 @@ struct BlockRange {
 // Resolved launch shape: requested values where given (non-zero), else defaults; threads a multiple of
 // 32 in [32, kMaxThreads] (>= n-1, as signalAllPeers needs), blocks in [1, maxBlocks].
 LaunchConfig resolveConfig(const LaunchConfig& requested, const LaunchConfig& defaults, int maxBlocks);
+// Default shape of a kernel whose blocks share `packs` packs: one block per `packsPerBlock` packs, in
+// [1, maxBlocks], `threads` threads.
+LaunchConfig blocksForPacks(uint64_t packs, uint64_t packsPerBlock, int maxBlocks, int threads);
 
 // Base of the reduction algorithms: shared applicability checks and the facts initialize() records.
 class ReductionAlgorithm : public Algorithm {
@@ -146,6 +149,7 @@ class ReductionAlgorithm : public Algorithm {
 std::shared_ptr<Algorithm> makeAllreduceOneshotLL();
 std::shared_ptr<Algorithm> makeAllreduceTwoshotLL();
 std::shared_ptr<Algorithm> makeAllreduceRsag();
+std::shared_ptr<Algorithm> makeAllreduceZeroCopy();
 std::shared_ptr<Algorithm> makeReduceScatterLL();
 std::shared_ptr<Algorithm> makeReduceScatterScratch();
 std::shared_ptr<Algorithm> makeReduceLL();

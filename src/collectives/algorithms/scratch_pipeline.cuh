@@ -233,11 +233,8 @@ class PipelineReductionAlgorithm : public ReductionAlgorithm {
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     const uint64_t packs =
         PipeSegments<M>(topo.nRanks, args.count * dataTypeSize(args.dtype), args.root).maxPacks();
-    LaunchConfig c;
-    c.nThreadsPerBlock = kDefaultThreads;
-    c.nBlocks = static_cast<int>(std::min<uint64_t>(ceilDiv(packs, kMinPacksPerBlock), kDefaultBlocks));
-    c.nBlocks = std::max(1, std::min(c.nBlocks, maxBlocks(topo)));
-    return c;
+    return blocksForPacks(packs, kMinPacksPerBlock, std::min(kDefaultBlocks, maxBlocks(topo)),
+                          kDefaultThreads);
   }
 
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,

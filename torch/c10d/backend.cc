@@ -1,0 +1,185 @@
+// MeshcommBackend: construction, lifetime, split, coalescing and the common enqueue path (see backend.hpp).
+#include "backend.hpp"
+
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+
+#include "checks.hpp"
+
+namespace meshcomm::torch_backend {
+
+namespace {
+
+bool capturing(const c10::cuda::CUDAStream& stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void recordStream(const at::Tensor& t, const c10::cuda::CUDAStream& stream) {
+  if (t.defined() && t.has_storage()) {
+    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
+  }
+}
+
+at::Device currentCudaDevice(int rank) {
+  TORCH_CHECK(c10::cuda::device_count() > 0, "meshcomm: rank ", rank,
+              ": init: no CUDA device is visible (the meshcomm backend runs CUDA tensors only)");
+  return at::Device(at::kCUDA, c10::cuda::current_device());
+}
+
+}  // namespace
+
+MeshcommBackend::MeshcommBackend(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                                 c10::intrusive_ptr<MeshcommOptions> options)
+    : ::c10d::Backend(rank, size),
+      state_(std::make_shared<CommState>(rank, size, currentCudaDevice(rank))),
+      options_(std::move(options)),
+      internalStream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, state_->device.index())) {
+  c10::cuda::CUDAGuard guard(state_->device);
+  state_->comm = createComm(store, rank, size, state_->device, *options_);
+  init();
+}
+
+MeshcommBackend::~MeshcommBackend() {
+  try {
+    shutdown();
+  } catch (const std::exception& e) {
+    TORCH_WARN("meshcomm: rank ", getRank(), ": process group teardown: ", e.what());
+  }
+}
+
+c10::intrusive_ptr<::c10d::Backend::Options> MeshcommBackend::getBackendOptions() {
+  // A copy: ProcessGroup::splitGroup writes the child's name and timeout into what it gets.
+  return c10::make_intrusive<MeshcommOptions>(*options_);
+}
+
+void MeshcommBackend::setTimeout(std::chrono::milliseconds timeout) {
+  options_->timeout = timeout;
+}
+
+void MeshcommBackend::eagerConnectSingleDevice(at::Device device) {
+  // The Comm is connected at construction; only say when the bound device is not the group's.
+  if (device.is_cuda() && device.has_index() && device != state_->device) {
+    TORCH_WARN("meshcomm: rank ", getRank(), ": process group bound to ", device, " but its Comm is on ",
+               state_->device, " (the current device when the group was created)");
+  }
+}
+
+::c10d::ErrorType MeshcommBackend::getError() {
+  try {
+    state_->checkDeviceError();
+  } catch (const std::exception&) {
+    return ::c10d::ErrorType::COMM_ERROR;
+  }
+  return ::c10d::ErrorType::SUCCESS;
+}
+
+void MeshcommBackend::abort() {
+  // No lock: abort must reach a Comm whose owner thread is stuck; it only flips device-visible flags.
+  if (state_->comm) state_->comm->abort();
+  shutdown();
+}
+
+void MeshcommBackend::shutdown() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (!state_->comm) return;
+  c10::cuda::CUDAGuard guard(state_->device);
+  state_->comm.reset();  // drains the device, then agrees with the peers (skipped after abort)
+}
+
+c10::intrusive_ptr<::c10d::Backend> MeshcommBackend::split(const c10::intrusive_ptr<::c10d::Store>& store,
+                                                           const std::vector<int>& ranks,
+                                                           const c10::intrusive_ptr<Options>& opts) {
+  const auto self = std::find(ranks.begin(), ranks.end(), getRank());
+  if (self == ranks.end()) return nullptr;  // not a member: nothing to build (members bootstrap alone)
+  auto childOptions = c10::make_intrusive<MeshcommOptions>(*options_);
+  if (auto given = c10::dynamic_intrusive_pointer_cast<MeshcommOptions>(opts)) {
+    childOptions = c10::make_intrusive<MeshcommOptions>(*given);
+  } else if (opts) {
+    childOptions->timeout = opts->timeout;
+    childOptions->group_name = opts->group_name;
+    childOptions->group_desc = opts->group_desc;
+  }
+  const std::vector<uint64_t>& parentGlobal = options_->global_ranks_in_group;
+  childOptions->global_ranks_in_group.clear();
+  for (int r : ranks) {
+    childOptions->global_ranks_in_group.push_back(parentGlobal.empty() ? r : parentGlobal.at(r));
+  }
+  c10::cuda::CUDAGuard guard(state_->device);  // the child lives on the parent's device
+  return c10::make_intrusive<MeshcommBackend>(store, static_cast<int>(self - ranks.begin()),
+                                              static_cast<int>(ranks.size()), childOptions);
+}
+
+void MeshcommBackend::startCoalescing() {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": startCoalescing: process group was shut down");
+  TORCH_CHECK(!coalescing_, "meshcomm: rank ", getRank(), ": startCoalescing: a coalescing block is open");
+  coalescing_ = true;
+  coalescedEnd_ = std::make_shared<WorkEnd>(internalStream_);
+  coalescedOutputs_.clear();
+  state_->comm->groupStart();
+}
+
+c10::intrusive_ptr<::c10d::Work> MeshcommBackend::endCoalescing() {
+  c10::cuda::CUDAGuard deviceGuard(state_->device);
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  TORCH_CHECK(coalescing_, "meshcomm: rank ", getRank(), ": endCoalescing: no coalescing block is open");
+  coalescing_ = false;
+  std::shared_ptr<WorkEnd> end = std::move(coalescedEnd_);
+  std::vector<at::Tensor> outputs = std::move(coalescedOutputs_);
+  coalescedOutputs_.clear();
+  TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": endCoalescing: process group was shut down");
+  {
+    c10::cuda::CUDAStreamGuard streamGuard(internalStream_);
+    translateErrors([&] { state_->comm->groupEnd(); });  // launches the block's sends and receives
+  }
+  end->record(*state_->events, capturing(internalStream_));
+  const OpInfo op{::c10d::OpType::COALESCED, "coalesced", true, ::c10d::kUnsetTimeout};
+  return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), std::move(end), std::move(outputs));
+}
+
+void MeshcommBackend::checkTensor(const char* op, const char* argument, const at::Tensor& t) const {
+  ::meshcomm::torch_backend::checkTensor(context(op), argument, t, state_->device);
+}
+
+WorkSpec MeshcommBackend::workSpec(const OpInfo& op) const {
+  const auto timeout = op.timeout == ::c10d::kUnsetTimeout ? options_->timeout : op.timeout;
+  return WorkSpec{op.type, op.name, seq_, timeout, op.blocking};
+}
+
+c10::cuda::CUDAStream MeshcommBackend::beginOp(const OpInfo& op) {
+  TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": ", op.name, ": process group was shut down");
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(state_->device.index());
+  if (!op.asyncOp && !coalescing_) return current;
+  // The internal stream starts after everything the caller enqueued so far.
+  std::shared_ptr<CUevent_st> ready = state_->events->acquire();
+  C10_CUDA_CHECK(cudaEventRecord(ready.get(), current.stream()));
+  C10_CUDA_CHECK(cudaStreamWaitEvent(internalStream_.stream(), ready.get(), 0));
+  return internalStream_;
+}
+
+c10::intrusive_ptr<::c10d::Work> MeshcommBackend::finishOp(const OpInfo& op,
+                                                           const c10::cuda::CUDAStream& stream,
+                                                           const std::vector<at::Tensor>& inputs,
+                                                           const std::vector<at::Tensor>& outputs) {
+  if (stream != c10::cuda::getCurrentCUDAStream(state_->device.index())) {
+    // The caching allocator must not hand these blocks out again before the internal stream is done.
+    for (const at::Tensor& t : inputs) recordStream(t, stream);
+    for (const at::Tensor& t : outputs) recordStream(t, stream);
+  }
+  ++seq_;
+  if (coalescing_) {
+    coalescedOutputs_.insert(coalescedOutputs_.end(), outputs.begin(), outputs.end());
+    return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), coalescedEnd_, outputs);
+  }
+  auto end = std::make_shared<WorkEnd>(stream);
+  end->record(*state_->events, capturing(stream));
+  return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), std::move(end), outputs);
+}
+
+}  // namespace meshcomm::torch_backend

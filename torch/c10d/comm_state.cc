@@ -1,0 +1,61 @@
+// CommState and the store-based bootstrap of a group's Comm (see comm_state.hpp).
+#include "comm_state.hpp"
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <vector>
+
+#include "meshcomm/bootstrap.hpp"
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm::torch_backend {
+
+namespace {
+
+constexpr const char* kUniqueIdKey = "meshcomm/unique_id";
+
+UniqueId exchangeUniqueId(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size) {
+  UniqueId id;
+  if (rank == 0) {
+    id = TcpBootstrap::createUniqueId(size);
+    store->set(kUniqueIdKey, std::vector<uint8_t>(id.bytes.begin(), id.bytes.end()));
+    return id;
+  }
+  const std::vector<uint8_t> bytes = store->get(kUniqueIdKey);  // waits up to the store's timeout
+  TORCH_CHECK(bytes.size() == id.bytes.size(), "meshcomm: rank ", rank, ": init: store key ", kUniqueIdKey,
+              " holds ", bytes.size(), " bytes, expected ", id.bytes.size());
+  std::memcpy(id.bytes.data(), bytes.data(), id.bytes.size());
+  return id;
+}
+
+}  // namespace
+
+CommState::CommState(int rank, int size, at::Device device)
+    : rank(rank), size(size), device(device), events(EventPool::create(device.index())) {}
+
+void CommState::checkDeviceError() {
+  std::unique_lock<std::mutex> lock(mutex, std::try_to_lock);
+  if (!lock.owns_lock() || comm == nullptr) return;
+  translateErrors([&] { comm->checkError(); });
+}
+
+void rethrowAsDistBackendError(const std::exception& e) {
+  C10_THROW_ERROR(DistBackendError, std::string("meshcomm: ") + e.what());
+}
+
+std::unique_ptr<Comm> createComm(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                                 const at::Device& device, const MeshcommOptions& options) {
+  return translateErrors([&] {
+    const UniqueId id = exchangeUniqueId(store, rank, size);
+    auto bootstrap = std::make_shared<TcpBootstrap>(rank, size, id);
+    CommConfig config;
+    config.cudaDevice = device.index();
+    config.resources.scratchBytes = options.scratchBytes;
+    config.resources.packetBytes = options.packetBytes;
+    config.resources.channelsPerPeer = options.channelsPerPeer;
+    return std::make_unique<Comm>(std::move(bootstrap), config);
+  });
+}
+
+}  // namespace meshcomm::torch_backend

@@ -1,0 +1,55 @@
+// CommState: what a meshcomm process group shares with its work objects: the meshcomm Comm (one per group,
+// on the group's CUDA device), the mutex that serialises every use of it (c10d calls ops from several
+// threads, e.g. DDP's autograd hooks; a Comm is driven by one thread at a time), and the event pool.
+// Works hold it through shared_ptr, so a work that outlives its process group can still be waited on.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "event_pool.hpp"
+#include "meshcomm/comm.hpp"
+#include "options.hpp"
+
+namespace meshcomm::torch_backend {
+
+struct CommState {
+  CommState(int rank, int size, at::Device device);
+
+  const int rank;
+  const int size;
+  const at::Device device;
+  std::mutex mutex;
+  std::unique_ptr<Comm> comm;  // null after shutdown()
+  std::shared_ptr<EventPool> events;
+
+  // Throws c10::DistBackendError with the Comm's first device-side error (a timed-out wait, a dead peer).
+  // Skips the check when another thread holds the mutex (it will see the error itself).
+  void checkDeviceError();
+};
+
+// Collective over the `size` ranks that share `store`: rank 0 creates a meshcomm UniqueId and publishes it
+// in the store, every rank joins the TcpBootstrap and builds its Comm on `device`. Errors (a store timeout,
+// a bootstrap failure) become c10::DistBackendError naming the rank.
+std::unique_ptr<Comm> createComm(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
+                                 const at::Device& device, const MeshcommOptions& options);
+
+[[noreturn]] void rethrowAsDistBackendError(const std::exception& e);
+
+// Runs a call into meshcomm and rethrows its meshcomm::Error as c10::DistBackendError (same text).
+template <typename F>
+auto translateErrors(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const c10::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    rethrowAsDistBackendError(e);
+  }
+}
+
+}  // namespace meshcomm::torch_backend

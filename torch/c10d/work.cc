@@ -1,0 +1,145 @@
+// MeshcommWork (see work.hpp).
+#include "work.hpp"
+
+#include <ATen/core/jit_type.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+
+#include <thread>
+
+namespace meshcomm::torch_backend {
+
+namespace {
+
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+void WorkEnd::record(EventPool& pool, bool capturingNow) {
+  if (!event) event = pool.acquire();
+  C10_CUDA_CHECK(cudaEventRecord(event.get(), stream.stream()));
+  captured = capturingNow;
+}
+
+MeshcommWork::MeshcommWork(std::shared_ptr<CommState> state, const WorkSpec& spec,
+                           std::shared_ptr<WorkEnd> end, std::vector<at::Tensor> outputs)
+    : ::c10d::Work(state->rank, spec.type),
+      state_(std::move(state)),
+      spec_(spec),
+      end_(std::move(end)),
+      outputs_(std::move(outputs)) {}
+
+void MeshcommWork::requireRecorded() const {
+  TORCH_CHECK(end_->event != nullptr, "meshcomm: rank ", state_->rank, ": ", spec_.name,
+              ": waited on inside its coalescing block; wait on the work returned when the block ends");
+}
+
+bool MeshcommWork::eventDone() {
+  const cudaError_t err = cudaEventQuery(end_->event.get());
+  if (err == cudaSuccess) return true;
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  C10_CUDA_CHECK(err);
+  return false;
+}
+
+bool MeshcommWork::isCompleted() {
+  if (end_->event == nullptr) return false;
+  if (end_->captured) return true;  // a captured op runs when the graph is replayed
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (completed_) return true;
+  }
+  c10::cuda::CUDAGuard guard(state_->device);
+  if (!eventDone()) return false;
+  std::lock_guard<std::mutex> lock(mutex_);
+  completed_ = true;
+  return true;
+}
+
+void MeshcommWork::streamWait() {
+  requireRecorded();
+  c10::cuda::CUDAGuard guard(state_->device);
+  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(state_->device.index());
+  if (current == end_->stream) return;  // same stream: already ordered
+  C10_CUDA_CHECK(cudaStreamWaitEvent(current.stream(), end_->event.get(), 0));
+}
+
+void MeshcommWork::blockHost(std::chrono::milliseconds timeout) {
+  requireRecorded();
+  c10::cuda::CUDAGuard guard(state_->device);
+  if (end_->captured || capturing(c10::cuda::getCurrentCUDAStream(state_->device.index()).stream())) return;
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(1);
+  while (!eventDone()) {
+    try {
+      state_->checkDeviceError();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      exception_ = std::current_exception();
+      throw;
+    }
+    // A timeout belongs to this wait, not to the work: a later wait may still see the op complete.
+    if (timeout > std::chrono::milliseconds(0) && std::chrono::steady_clock::now() - start > timeout) {
+      C10_THROW_ERROR(
+          DistBackendError,
+          c10::str("meshcomm: rank ", state_->rank, ": ", spec_.name, " #", spec_.seq, ": timed out after ",
+                   timeout.count(), " ms waiting for the device (a peer may be missing this op)"));
+    }
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::microseconds(1000)) pause *= 2;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  completed_ = true;
+}
+
+bool MeshcommWork::wait(std::chrono::milliseconds timeout) {
+  streamWait();
+  if (timeout != kNoTimeout) {
+    blockHost(timeout);
+  } else if (spec_.blocking) {
+    blockHost(spec_.timeout);
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+void MeshcommWork::synchronize() {
+  streamWait();
+  blockHost(spec_.timeout);
+}
+
+void MeshcommWork::blockCurrentStream() {
+  streamWait();
+}
+
+std::vector<at::Tensor> MeshcommWork::result() {
+  return outputs_;
+}
+
+c10::intrusive_ptr<c10::ivalue::Future> MeshcommWork::getFuture() {
+  if (!future_) {
+    requireRecorded();
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                       std::vector<c10::Device>{state_->device});
+    // Marked complete on the op's stream: the future's CUDA event follows the op (and whatever that stream
+    // ran since, which only delays it).
+    c10::cuda::CUDAStreamGuard guard(end_->stream);
+    future_->markCompleted(at::IValue(outputs_));
+  }
+  return future_;
+}
+
+uint64_t MeshcommWork::getSequencenumber() const {
+  return spec_.seq;
+}
+
+}  // namespace meshcomm::torch_backend

@@ -1,0 +1,69 @@
+// MeshcommWork: the c10d Work of one meshcomm op (or of one coalesced block), ProcessGroupNCCL's model:
+// - the op ran on `stream` and an end event was recorded there after it;
+// - wait() makes the caller's current stream wait on that event (no host synchronisation); with a timeout,
+//   or for barrier, it also blocks the host until the event completes, raising DistBackendError on timeout
+//   or on a meshcomm device error;
+// - synchronize() blocks the host (with the op's timeout); blockCurrentStream() only orders the stream;
+// - isCompleted() queries the event; getFuture() is a CUDA-aware future completed on the op's stream.
+// Works created during CUDA-graph capture only order streams (events recorded in a capture cannot be
+// queried).
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "comm_state.hpp"
+
+namespace meshcomm::torch_backend {
+
+// Where a work ends: the op stream and the event recorded on it. Works issued inside a coalescing block
+// share one, recorded by endCoalescing().
+struct WorkEnd {
+  explicit WorkEnd(c10::cuda::CUDAStream s) : stream(s) {}
+  c10::cuda::CUDAStream stream;
+  std::shared_ptr<CUevent_st> event;  // null until recorded
+  bool captured = false;              // recorded during CUDA-graph capture
+
+  void record(EventPool& pool, bool capturing);
+};
+
+struct WorkSpec {
+  ::c10d::OpType type;
+  const char* name;
+  uint64_t seq;
+  std::chrono::milliseconds timeout;  // the op's timeout (for synchronize() and barrier)
+  bool blocking;                      // barrier: wait() blocks the host
+};
+
+class MeshcommWork : public ::c10d::Work {
+ public:
+  MeshcommWork(std::shared_ptr<CommState> state, const WorkSpec& spec, std::shared_ptr<WorkEnd> end,
+               std::vector<at::Tensor> outputs);
+
+  bool isCompleted() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override;
+  void blockCurrentStream() override;
+  std::vector<at::Tensor> result() override;
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override;
+
+ private:
+  void requireRecorded() const;
+  void streamWait();
+  void blockHost(std::chrono::milliseconds timeout);
+  bool eventDone();
+
+  std::shared_ptr<CommState> state_;
+  WorkSpec spec_;
+  std::shared_ptr<WorkEnd> end_;
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace meshcomm::torch_backend
