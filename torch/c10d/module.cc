@@ -63,6 +63,12 @@ void bindBackend(py::module_& m) {
   py::class_<MeshcommBackend, ::c10d::Backend, NoGilHolder<MeshcommBackend>>(
       m, "MeshcommBackend", "The c10d backend 'meshcomm' (one meshcomm Comm per process group)")
       .def_property_readonly("comm_device", [](const MeshcommBackend& b) { return b.device(); })
+      // dist.split_group deep-copies the parent backend's `options` as the child's pg_options.
+      .def_property_readonly(
+          "options",
+          [](MeshcommBackend& b) {
+            return c10::static_intrusive_pointer_cast<MeshcommOptions>(b.getBackendOptions());
+          })
       // new_group() calls this on non-members when the world group is device-bound (an NCCL split
       // protocol); a meshcomm group bootstraps among its members only, so there is nothing to do.
       .def("perform_nocolor_split", [](MeshcommBackend&, const py::object&) {})
