@@ -6,7 +6,7 @@
 # Steps: environment and topology -> configure + build (Release, all cores) -> CPU unit tests -> GPU tests
 # with 2 ranks and with all GPUs (everything, the collective suite included, each time) -> the killed-rank
 # test (MESHCOMM_TEST_EXPECT_KILL mode) -> the ping-pong example -> PyTorch on the NCCL shim (LD_PRELOAD:
-# tests/nccl_shim/torch_ops_check.py, DDP losses vs NCCL; skipped without torch) -> meshcomm-channel-bench on 2 GPUs (--json)
+# tests/nccl_shim/torch_ops_check.py, bench/torch/train_losses.py DDP losses vs NCCL; skipped without torch) -> meshcomm-channel-bench on 2 GPUs (--json)
 # -> meshcomm-bench -o all vs NCCL on all GPUs, allreduce on registered buffers (--register) on all GPUs, and
 # -o all on 2 GPUs (--json). A failed step is recorded and the script goes on; it exits 1 at the end if any
 # step failed. OUT_DIR receives at most 8 files:
@@ -31,8 +31,7 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BUILD=${BUILD_DIR:-$REPO/build}
 JOBS=${JOBS:-$(nproc)}
 
-# NVLink multicast (NVLS) stays off on the shared machines; nothing here uses it.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+source "$REPO/scripts/lib/check-steps.sh"  # record, run_step, result_of, print_steps; NVLS off
 # Shared libraries must link the shared libstdc++ (the one torch loads); some images point CXX at a
 # wrapper that finds only the static one. Prefer the system compiler where it exists (as scripts/build.sh).
 if [[ -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
@@ -43,50 +42,10 @@ EXAMPLE="$BUILD/examples/meshcomm-example-ping-pong"
 BENCH="$BUILD/tools/meshcomm-channel-bench"
 COLL_BENCH="$BUILD/tools/meshcomm-bench"
 TMP=$(mktemp -d)
-# A python with torch for the NCCL-shim step: TORCH_PYTHON, else python3, else the image's torch venv.
-TORCH_PY=${TORCH_PYTHON:-}
-if [[ -z $TORCH_PY ]]; then
-  for py in python3 /opt/torch/.venv/bin/python; do
-    if "$py" -c 'import torch' >/dev/null 2>&1; then
-      TORCH_PY=$py
-      break
-    fi
-  done
-fi
+TORCH_PY=$(find_torch_python)  # for the NCCL-shim step
 trap 'rm -rf "$TMP"' EXIT
 
-STEPS=()
-ANY_FAIL=0
 T0=$(date +%s)
-
-# record STEP RESULT SECONDS NOTE
-record() {
-  STEPS+=("| $1 | $2 | $3 | $4 |")
-  [[ $2 == FAIL ]] && ANY_FAIL=1
-  printf '==> %-22s %-4s %5ss  %s\n' "$1" "$2" "$3" "$4"
-}
-
-# run_step LOG CMD...: runs CMD with its output appended to LOG (and to the console); sets RC and SECS.
-run_step() {
-  local log=$1
-  shift
-  local t
-  t=$(date +%s)
-  echo "### $(date -Is) \$ $*" >>"$log"
-  "$@" 2>&1 | tee -a "$log"
-  RC=${PIPESTATUS[0]}
-  SECS=$(($(date +%s) - t))
-  echo "### exit status $RC after ${SECS}s" >>"$log"
-}
-
-# result_of RC: PASS / SKIP (77) / FAIL
-result_of() {
-  case $1 in
-    0) echo PASS ;;
-    77) echo SKIP ;;
-    *) echo FAIL ;;
-  esac
-}
 
 # ---- 1. environment ------------------------------------------------------------------------------------
 {
@@ -235,11 +194,12 @@ if [[ $BUILT -eq 1 ]]; then
     run_step "$OUT/extra.log" env LD_PRELOAD="$SHIM" LD_LIBRARY_PATH="$BUILD:${LD_LIBRARY_PATH:-}" \
       timeout 300 "${TORCHRUN[@]}" "$REPO/tests/nccl_shim/torch_ops_check.py" --expect-shim
     OPS_RC=$RC OPS_SECS=$SECS
-    run_step "$OUT/extra.log" timeout 200 "${TORCHRUN[@]}" "$REPO/tests/nccl_shim/torch_ddp_losses.py" \
+    run_step "$OUT/extra.log" timeout 200 "${TORCHRUN[@]}" "$REPO/bench/torch/train_losses.py" \
       --out "$TMP/ddp_nccl.json"
     run_step "$OUT/extra.log" env LD_PRELOAD="$SHIM" LD_LIBRARY_PATH="$BUILD:${LD_LIBRARY_PATH:-}" \
-      timeout 200 "${TORCHRUN[@]}" "$REPO/tests/nccl_shim/torch_ddp_losses.py" --out "$TMP/ddp_shim.json"
-    run_step "$OUT/extra.log" "$TORCH_PY" "$REPO/tests/nccl_shim/torch_ddp_losses.py" --compare \
+      timeout 200 "${TORCHRUN[@]}" "$REPO/bench/torch/train_losses.py" --expect-shim \
+      --out "$TMP/ddp_shim.json"
+    run_step "$OUT/extra.log" "$TORCH_PY" "$REPO/bench/torch/train_losses.py" --compare \
       "$TMP/ddp_nccl.json" "$TMP/ddp_shim.json"
     DDP_NOTE=$(grep -Eo '[0-9]+ steps: max relative loss difference [^;]*' "$OUT/extra.log" | tail -1)
     if [[ $OPS_RC -eq 0 && $RC -eq 0 ]]; then
@@ -293,9 +253,7 @@ fi
   echo
   echo "$(date -Is) on $(hostname), $NGPUS GPU(s), total $(($(date +%s) - T0)) s"
   echo
-  echo "| step | result | seconds | note |"
-  echo "|---|---|---|---|"
-  printf '%s\n' "${STEPS[@]}"
+  print_steps
   for log in gpu2.log gpuN.log; do
     if [[ -s $OUT/$log ]] && grep -qE '\[  FAILED  \]|: Failure$' "$OUT/$log"; then
       echo

@@ -14,7 +14,7 @@ namespace {
 
 void checkSplits(const OpContext& ctx, const char* argument, const at::Tensor& splits,
                  const at::Device& device, int size) {
-  checkTensor(ctx, argument, splits, device);
+  checkOnDevice(ctx, argument, splits, device);  // any strides: only copied into the count table
   TORCH_CHECK(splits.scalar_type() == at::kLong || splits.scalar_type() == at::kInt, "meshcomm: rank ",
               ctx.rank, ": ", ctx.op, ": ", argument, ": dtype ", splits.scalar_type(),
               ", expected torch.int64 or int32");

@@ -5,7 +5,7 @@
 
 namespace meshcomm::torch_backend {
 
-void checkTensor(const OpContext& ctx, const char* argument, const at::Tensor& t, const at::Device& device) {
+void checkOnDevice(const OpContext& ctx, const char* argument, const at::Tensor& t, const at::Device& device) {
   TORCH_CHECK(t.defined(), "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument, ": undefined tensor");
   TORCH_CHECK(t.layout() == at::kStrided, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument,
               ": sparse tensors are not supported (layout ", t.layout(), ")");
@@ -15,6 +15,10 @@ void checkTensor(const OpContext& ctx, const char* argument, const at::Tensor& t
   TORCH_CHECK(t.device() == device, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument, ": tensor on ",
               t.device(), " but this process group uses ", device,
               " (call torch.cuda.set_device before init_process_group/new_group)");
+}
+
+void checkTensor(const OpContext& ctx, const char* argument, const at::Tensor& t, const at::Device& device) {
+  checkOnDevice(ctx, argument, t, device);
   TORCH_CHECK(t.is_contiguous(t.suggest_memory_format()), "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ",
               argument, ": tensor is not contiguous (sizes ", t.sizes(), ", strides ", t.strides(),
               "); pass tensor.contiguous()");

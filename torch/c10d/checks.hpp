@@ -11,7 +11,10 @@
 
 namespace meshcomm::torch_backend {
 
-// A dense CUDA tensor on the process group's device.
+// A strided CUDA tensor on the process group's device (any strides).
+void checkOnDevice(const OpContext& ctx, const char* argument, const at::Tensor& t, const at::Device& device);
+
+// checkOnDevice, and contiguous (what a meshcomm buffer must be).
 void checkTensor(const OpContext& ctx, const char* argument, const at::Tensor& t, const at::Device& device);
 
 // Exactly `n` tensors in a list argument (c10d passes one tensor per process in most lists).

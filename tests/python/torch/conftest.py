@@ -8,6 +8,7 @@ collectives pair up across processes); data is seeded per (test, rank), so each 
 of every collective on the host from all ranks' inputs."""
 
 import os
+import sys
 from datetime import timedelta
 
 import pytest
@@ -19,6 +20,19 @@ class World:
 
     def __init__(self, torch, dist, rank, size, device):
         self.torch, self.dist, self.rank, self.size, self.device = torch, dist, rank, size, device
+
+
+_FAILED = []
+
+
+def pytest_runtest_logreport(report):
+    """Prints a failure at once, with the rank: the other ranks may be waiting inside that test's collective,
+    so the run ends at the session teardown below, before pytest's summary."""
+    if report.failed:
+        _FAILED.append(report.nodeid)
+        rank = os.environ.get("RANK", "?")
+        print(f"\n[rank {rank}] FAILED {report.nodeid} ({report.when}):\n{report.longreprtext}", file=sys.stderr,
+              flush=True)
 
 
 @pytest.fixture(scope="session")
@@ -39,4 +53,10 @@ def world():
     device = torch.device("cuda", local_rank)
     dist.init_process_group("cpu:gloo,cuda:meshcomm", device_id=device, timeout=timedelta(seconds=300))
     yield World(torch, dist, dist.get_rank(), dist.get_world_size(), device)
+    if _FAILED:
+        # Peers may be blocked in the failed test's collective: a collective teardown would wait for them.
+        # Exit now (torchrun then stops the other ranks); the failures were printed above.
+        print(f"[rank {os.environ.get('RANK', '?')}] {len(_FAILED)} test(s) failed: {', '.join(_FAILED)}",
+              file=sys.stderr, flush=True)
+        os._exit(1)
     dist.destroy_process_group()

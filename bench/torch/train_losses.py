@@ -1,0 +1,134 @@
+"""A small transformer trained data-parallel (DDP or FSDP2) for a fixed number of steps on deterministic data;
+rank 0 writes the per-step losses and step times as JSON. Run it once per communication stack, then compare:
+
+    torchrun --nproc_per_node 4 bench/torch/train_losses.py --backend nccl --out nccl.json
+    # meshcomm's c10d backend (PYTHONPATH=<build>/python):
+    torchrun --nproc_per_node 4 bench/torch/train_losses.py --backend meshcomm --out meshcomm.json
+    # or NCCL's API on meshcomm (the shim):
+    LD_PRELOAD=build/libmeshcomm_nccl.so torchrun --nproc_per_node 4 bench/torch/train_losses.py \\
+        --backend nccl --expect-shim --out shim.json
+    python3 bench/torch/train_losses.py --compare nccl.json meshcomm.json --rtol 1e-3 [--max-time-ratio 1.0]
+
+--parallel fsdp2 shards every encoder layer and the root with torch.distributed.fsdp.fully_shard (all-gather
+of parameters, reduce-scatter of gradients) instead of DDP (bucketed allreduces). The model is deterministic
+given the gradients (fixed seeds, deterministic algorithms), so two runs differ only by the reductions'
+rounding. Step time: the median over the steps after the first five (each step ends with a device sync).
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def build_model(torch, vocab, d):
+    nn = torch.nn
+    return nn.Sequential(
+        nn.Embedding(vocab, d),
+        nn.TransformerEncoder(nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0, batch_first=True), 4,
+                              enable_nested_tensor=False),
+        nn.Linear(d, vocab),
+    ).cuda()
+
+
+def wrap(torch, model, parallel, local):
+    if parallel == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, device_ids=[local], bucket_cap_mb=4)
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model[1].layers:
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def train(args):
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
+    import torch
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    device = torch.device("cuda", local)
+    if args.backend == "meshcomm":
+        import meshcomm.torch  # noqa: F401  registers the backend
+
+    dist.init_process_group(f"cpu:gloo,cuda:{args.backend}", device_id=device)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.manual_seed(1234)  # same initial weights everywhere (DDP also broadcasts them from rank 0)
+    vocab, d, seq, batch = 1000, 256, 64, 16
+    model = wrap(torch, build_model(torch, vocab, d), args.parallel, local)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator(device="cuda").manual_seed(100 + rank)
+    losses, times = [], []
+    for step in range(args.steps):
+        x = torch.randint(0, vocab, (batch, seq), device="cuda", generator=g)
+        y = torch.roll(x, 1, dims=1)  # learnable: predict the previous token
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        out = model(x)
+        loss = torch.nn.functional.cross_entropy(out.reshape(-1, vocab), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        avg = loss.detach().clone()
+        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(avg.item())
+    maps = open("/proc/self/maps").read()
+    shim = "libmeshcomm_nccl" in maps
+    if args.expect_shim and not shim:
+        raise SystemExit(f"rank {rank}: --expect-shim: libmeshcomm_nccl is not mapped (LD_PRELOAD ignored?)")
+    if rank == 0:
+        steady = sorted(times[5:])[len(times[5:]) // 2] if len(times) > 5 else times[-1]
+        label = f"{args.parallel}/{args.backend}{' (shim)' if shim else ''}"
+        result = {"label": label, "parallel": args.parallel, "backend": args.backend, "losses": losses,
+                  "median_step_s": steady, "world": world, "libmeshcomm_nccl_mapped": shim,
+                  "torch": torch.__version__}
+        with open(args.out, "w") as f:
+            json.dump(result, f)
+        print(f"{label}: {args.steps} steps on {world} ranks, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+              f"median step {steady * 1e3:.2f} ms", flush=True)
+    dist.destroy_process_group()
+
+
+def compare(a_path, b_path, rtol, max_time_ratio):
+    """0 when b's losses are within rtol of a's (and, with max_time_ratio, b's step time <= ratio * a's)."""
+    a, b = json.load(open(a_path)), json.load(open(b_path))
+    if len(a["losses"]) != len(b["losses"]):
+        print(f"different step counts: {len(a['losses'])} vs {len(b['losses'])}")
+        return 1
+    worst = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a["losses"], b["losses"]))
+    ratio = b["median_step_s"] / a["median_step_s"]
+    la, lb = a.get("label", a_path), b.get("label", b_path)
+    print(f"{len(a['losses'])} steps: max relative loss difference {worst:.3e} (limit {rtol:g}); "
+          f"median step {a['median_step_s'] * 1e3:.2f} ms ({la}) vs {b['median_step_s'] * 1e3:.2f} ms ({lb}), "
+          f"ratio {ratio:.3f}" + (f" (limit {max_time_ratio:g})" if max_time_ratio else ""))
+    ok = worst <= rtol and (not max_time_ratio or ratio <= max_time_ratio)
+    return 0 if ok else 1
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=50)
+    ap.add_argument("--backend", default="nccl", help="c10d backend of the CUDA tensors: nccl or meshcomm")
+    ap.add_argument("--parallel", choices=["ddp", "fsdp2"], default="ddp")
+    ap.add_argument("--expect-shim", action="store_true", help="fail unless libmeshcomm_nccl is mapped")
+    ap.add_argument("--out", default="losses.json")
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ap.add_argument("--max-time-ratio", type=float, default=0.0,
+                    help="with --compare: fail when B's median step time exceeds this multiple of A's")
+    args = ap.parse_args()
+    if args.compare:
+        return compare(*args.compare, args.rtol, args.max_time_ratio)
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Builds the Python package with the torch backend and runs the torch acceptance checks of issue 5 on the GPUs
+# of this machine; logs and a summary go into OUT_DIR (docs/torch.md).
+#
+#   scripts/torch-check.sh OUT_DIR
+#
+# Steps: build (libmeshcomm, _meshcomm, _torch_backend: the meshcomm_python target, Release, all cores) ->
+# the c10d pytest suite under torchrun (every op vs a host reference, sync/async, graph capture, subgroups,
+# errors) -> the example -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm (losses
+# rel. diff <= 1e-3, step time ratio) -> bench/torch/moe_alltoall_soak.py (10^4 calls with changing splits,
+# memory flat) -> bench/torch/host_overhead.py (torch call over the raw call <= 5 us). A failed step is
+# recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log
+# train.log moe.log overhead.log summary.md.
+# Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
+# the first of python3, /opt/torch/.venv/bin/python that imports torch), BUILD_DIR (default REPO/build-torch),
+# JOBS, PREBUILT=1 (use BUILD_DIR as it is), NPROC (ranks; default: all GPUs), STEP_TIME_RATIO (the step
+# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it).
+set -u -o pipefail
+
+if [[ $# -ne 1 ]]; then
+  echo "usage: $0 OUT_DIR" >&2
+  exit 2
+fi
+mkdir -p "$1"
+OUT=$(cd "$1" && pwd)
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BUILD=${BUILD_DIR:-$REPO/build-torch}
+JOBS=${JOBS:-$(nproc)}
+source "$REPO/scripts/lib/check-steps.sh"
+if [[ -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi  # see gpu-check.sh
+T0=$(date +%s)
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+
+PY=$(find_torch_python)
+NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+NP=${NPROC:-${NGPUS:-0}}
+if [[ -z $PY ]]; then
+  echo "torch-check: no python with torch (set TORCH_PYTHON)" | tee "$OUT/summary.md"
+  exit 77
+fi
+if [[ ${NGPUS:-0} -lt 2 ]]; then
+  echo "torch-check: needs at least 2 GPUs (found ${NGPUS:-0})" | tee "$OUT/summary.md"
+  exit 77
+fi
+export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
+TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node "$NP")
+
+# ---- build ---------------------------------------------------------------------------------------------
+: >"$OUT/build.log"
+if [[ ${PREBUILT:-0} == 1 ]]; then
+  record build SKIP 0 "PREBUILT=1: using $BUILD"
+else
+  run_step "$OUT/build.log" cmake -S "$REPO" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DPython_EXECUTABLE="$PY" -DMESHCOMM_BUILD_PYTHON=ON -DMESHCOMM_BUILD_TORCH=ON -DMESHCOMM_BUILD_TESTS=OFF \
+    -DMESHCOMM_BUILD_TOOLS=OFF -DMESHCOMM_BUILD_EXAMPLES=OFF
+  CONF=$SECS
+  if [[ $RC -eq 0 ]]; then
+    run_step "$OUT/build.log" ninja -C "$BUILD" -j "$JOBS" meshcomm_python
+  fi
+  record build "$(result_of "$RC")" $((CONF + SECS)) "meshcomm_python with $PY"
+fi
+for so in "$BUILD"/python/meshcomm/_torch_backend*.so; do
+  ldd "$so" >>"$OUT/build.log" 2>&1
+  if ldd "$so" | grep -q 'libstdc++\.so\.6' && [[ $(ldd "$so" | grep -c 'libmeshcomm\.so') -eq 1 ]]; then
+    record linkage PASS 0 "_torch_backend: shared libstdc++, one libmeshcomm"
+  else
+    record linkage FAIL 0 "_torch_backend: see ldd in build.log"
+  fi
+done
+
+# ---- pytest suite --------------------------------------------------------------------------------------
+# -x: a test failing on one rank leaves the others inside its collective, so stop at the first failure.
+run_step "$OUT/pytest.log" timeout 240 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch"
+record c10d-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/pytest.log" | tail -1)"
+run_step "$OUT/pytest.log" timeout 120 "${TORCHRUN[@]}" "$REPO/examples/torch/c10d_backend.py"
+record example "$(result_of "$RC")" "$SECS" "examples/torch/c10d_backend.py"
+
+# ---- DDP and FSDP2: losses and step time, NCCL vs meshcomm ---------------------------------------------
+: >"$OUT/train.log"
+for par in ddp fsdp2; do
+  for be in nccl meshcomm; do
+    run_step "$OUT/train.log" timeout 240 "${TORCHRUN[@]}" "$REPO/bench/torch/train_losses.py" \
+      --parallel "$par" --backend "$be" --out "$TMP/$par-$be.json"
+  done
+  run_step "$OUT/train.log" "$PY" "$REPO/bench/torch/train_losses.py" --compare "$TMP/$par-nccl.json" \
+    "$TMP/$par-meshcomm.json" --rtol 1e-3 --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
+  record "$par-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$OUT/train.log" | tail -1)"
+done
+
+# ---- MoE all_to_all_single soak, host overhead ---------------------------------------------------------
+run_step "$OUT/moe.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/moe_alltoall_soak.py"
+record moe-soak "$(result_of "$RC")" "$SECS" "$(grep -Eo 'rank 0/.*' "$OUT/moe.log" | tail -1 | cut -c1-160)"
+run_step "$OUT/overhead.log" timeout 180 "${TORCHRUN[@]}" "$REPO/bench/torch/host_overhead.py"
+record host-overhead "$(result_of "$RC")" "$SECS" "$(grep -Eo 'host overhead of .*' "$OUT/overhead.log" | tail -1)"
+
+{
+  echo "# meshcomm torch check"
+  echo
+  echo "$(date -Is) on $(hostname), $NP rank(s), total $(($(date +%s) - T0)) s, $("$PY" -c 'import torch; print("torch", torch.__version__)')"
+  echo "commit $(cd "$REPO" && git log -1 --format='%h %s' 2>/dev/null | cut -c1-80)"
+  echo
+  print_steps
+  echo
+  echo '```'
+  grep -E '^(\| |allreduce SUM)' "$OUT/overhead.log"
+  grep -Eo 'rank [0-9]+/[0-9]+: [0-9]+ eager calls.*' "$OUT/moe.log"
+  grep -E '^(ddp|fsdp2)/' "$OUT/train.log"
+  echo '```'
+} >"$OUT/summary.md"
+cat "$OUT/summary.md"
+exit "$ANY_FAIL"
