@@ -8,6 +8,7 @@ side dominates), on the current stream:
   raw       meshcomm.Comm.all_reduce(ptr, ptr, count, dtype, stream=...) — the Python binding of Comm::allReduce
   meshcomm  torch.distributed.all_reduce on a group whose CUDA backend is meshcomm
   nccl      torch.distributed.all_reduce on a ProcessGroupNCCL group (reference)
+  dispatch  ProcessGroup.allreduce([t], opts).wait(): the C++ call below dist.all_reduce's Python wrapper
 it measures the host time per call while enqueueing `--calls` back-to-back calls (no sync inside; fewer
 calls than the launch queue holds, so the host never waits for the GPU), and the wall time per call until the
 GPU has finished them all. Median of `--repeats` repeats. Rank 0 prints a table and the overhead
@@ -75,6 +76,13 @@ def main():
     def nccl_call():
         dist.all_reduce(x, group=nccl_group)
 
+    world_pg = dist.group.WORLD
+    sync_opts = dist.AllreduceOptions()
+    sync_opts.asyncOp = False
+
+    def dispatch_call():  # what dist.all_reduce runs below its Python wrapper
+        world_pg.allreduce([x], sync_opts).wait()
+
     def meshcomm_async():
         dist.all_reduce(x, async_op=True).wait()
 
@@ -82,7 +90,7 @@ def main():
         dist.all_reduce(x, group=nccl_group, async_op=True).wait()
 
     ways = [("raw meshcomm.Comm.all_reduce", raw_call), ("torch, cuda:meshcomm", meshcomm_call),
-            ("torch, nccl", nccl_call), ("torch async+wait, cuda:meshcomm", meshcomm_async),
+            ("torch, nccl", nccl_call), ("ProcessGroup.allreduce, cuda:meshcomm", dispatch_call), ("torch async+wait, cuda:meshcomm", meshcomm_async),
             ("torch async+wait, nccl", nccl_async)]
     for _, call in ways:  # warm up: connections, algorithm contexts, NCCL's lazy init
         for _ in range(50):
@@ -94,10 +102,13 @@ def main():
     if rank == 0:
         print(f"allreduce SUM float32 x {args.elements} in place on {world} ranks, {args.calls} calls x "
               f"{args.repeats} repeats (medians), torch {torch.__version__}")
-        print(f"| {'way':34} | host us/call | wall us/call |")
-        print(f"|{'-' * 36}|-------------:|-------------:|")
+        print(f"| {'way':40} | host us/call | wall us/call |")
+        print(f"|{'-' * 42}|-------------:|-------------:|")
         for name, host, wall in results:
-            print(f"| {name:34} | {host:12.2f} | {wall:12.2f} |")
+            print(f"| {name:40} | {host:12.2f} | {wall:12.2f} |")
+        wrapper = results[1][1] - results[3][1]
+        print(f"of which torch's Python wrapper (dist.all_reduce over ProcessGroup.allreduce): {wrapper:.2f} us; "
+              f"C++ dispatch + meshcomm backend: {overhead - wrapper:.2f} us")
         print(f"host overhead of the torch call over the raw call: {overhead:.2f} us "
               f"(limit {args.limit_us:g}): {'PASS' if ok else 'FAIL'}", flush=True)
     raw.close()

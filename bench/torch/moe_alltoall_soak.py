@@ -11,10 +11,11 @@ meshcomm.torch.all_to_all_single with split sizes in CUDA tensors (sync and asyn
 written into its tensors before each replay. Outputs are poisoned before every call; a row's value encodes
 (source rank, row in the source's buffer, iteration mod 3, column), so a misplaced, stale or missing row
 counts as wrong. Wrong elements accumulate on the GPU (no host sync in the loop). Memory: the caching
-allocator's reserved bytes and the driver's free bytes after a warm-up and at the end. Exit 1 on any wrong
+allocator's reserved bytes (after empty_cache) and the driver's free bytes after a warm-up and at the end. Exit 1 on any wrong
 element or memory growth.
 """
 import argparse
+import gc
 import os
 import sys
 import time
@@ -116,7 +117,11 @@ class Soak:
 
 
 def memory(device):
+    """(torch reserved, torch allocated, driver free) bytes, with torch's cache emptied first: what remains
+    reserved is live tensors and pools, so growth means something kept memory."""
     torch.cuda.synchronize()
+    gc.collect()
+    torch.cuda.empty_cache()
     free, _ = torch.cuda.mem_get_info(device)
     return torch.cuda.memory_reserved(device), torch.cuda.memory_allocated(device), free
 

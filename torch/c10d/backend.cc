@@ -5,8 +5,10 @@
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
+#include <string>
 
 #include "checks.hpp"
 
@@ -92,9 +94,31 @@ void MeshcommBackend::shutdown() {
   state_->comm.reset();  // drains the device, then agrees with the peers (skipped after abort)
 }
 
+namespace {
+
+// The store a split child bootstraps on. torch hands split() a PrefixStore named after the child group, but
+// dist.split_group derives that name from how many groups the calling rank knows, which differs between ranks
+// that were members of different earlier groups (new_group registers a group on its members only): the members
+// would wait under different keys. So the child's keys live under the parent's own store, named by the
+// parent-wide split count and the member ranks, which every member agrees on.
+c10::intrusive_ptr<::c10d::Store> splitStore(const c10::intrusive_ptr<::c10d::Store>& given, uint64_t splitIndex,
+                                             const std::vector<int>& ranks) {
+  c10::intrusive_ptr<::c10d::Store> parent = given;
+  if (auto prefixed = c10::dynamic_intrusive_pointer_cast<::c10d::PrefixStore>(given)) {
+    parent = prefixed->getUnderlyingStore();
+  }
+  std::string name = "meshcomm-split/" + std::to_string(splitIndex);
+  for (int r : ranks) name += "_" + std::to_string(r);
+  return c10::make_intrusive<::c10d::PrefixStore>(name, parent);
+}
+
+}  // namespace
+
 c10::intrusive_ptr<::c10d::Backend> MeshcommBackend::split(const c10::intrusive_ptr<::c10d::Store>& store,
                                                            const std::vector<int>& ranks,
                                                            const c10::intrusive_ptr<Options>& opts) {
+  // Every parent member calls split, in the same order: the count names this split on all of them.
+  const uint64_t splitIndex = splitCount_++;
   const auto self = std::find(ranks.begin(), ranks.end(), getRank());
   if (self == ranks.end()) return nullptr;  // not a member: nothing to build (members bootstrap alone)
   auto childOptions = c10::make_intrusive<MeshcommOptions>(*options_);
@@ -111,7 +135,8 @@ c10::intrusive_ptr<::c10d::Backend> MeshcommBackend::split(const c10::intrusive_
     childOptions->global_ranks_in_group.push_back(parentGlobal.empty() ? r : parentGlobal.at(r));
   }
   c10::cuda::CUDAGuard guard(state_->device);  // the child lives on the parent's device
-  return c10::make_intrusive<MeshcommBackend>(store, static_cast<int>(self - ranks.begin()),
+  return c10::make_intrusive<MeshcommBackend>(splitStore(store, splitIndex, ranks),
+                                              static_cast<int>(self - ranks.begin()),
                                               static_cast<int>(ranks.size()), childOptions);
 }
 
@@ -178,7 +203,11 @@ c10::intrusive_ptr<::c10d::Work> MeshcommBackend::finishOp(const OpInfo& op,
     return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), coalescedEnd_, outputs);
   }
   auto end = std::make_shared<WorkEnd>(stream);
-  end->record(*state_->events, capturing(stream));
+  if (op.asyncOp) {
+    end->record(*state_->events, capturing(stream));
+  } else {
+    end->deferred = true;  // ran on the caller's current stream (beginOp): recorded if someone asks
+  }
   return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), std::move(end), outputs);
 }
 

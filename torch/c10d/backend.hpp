@@ -142,6 +142,7 @@ class MeshcommBackend : public ::c10d::Backend {
   c10::intrusive_ptr<MeshcommOptions> options_;
   c10::cuda::CUDAStream internalStream_;
   uint64_t seq_ = 0;
+  uint64_t splitCount_ = 0;  // split() calls so far (collective over the parent: equal on every member)
   // Coalescing block (startCoalescing..endCoalescing): the shared end and the tensors of its ops.
   bool coalescing_ = false;
   std::shared_ptr<WorkEnd> coalescedEnd_;

@@ -34,7 +34,13 @@ MeshcommWork::MeshcommWork(std::shared_ptr<CommState> state, const WorkSpec& spe
       end_(std::move(end)),
       outputs_(std::move(outputs)) {}
 
-void MeshcommWork::requireRecorded() const {
+void MeshcommWork::requireRecorded() {
+  if (end_->deferred) {
+    std::call_once(deferredRecord_, [&] {
+      c10::cuda::CUDAGuard guard(state_->device);
+      end_->record(*state_->events, capturing(end_->stream.stream()));
+    });
+  }
   TORCH_CHECK(end_->event != nullptr, "meshcomm: rank ", state_->rank, ": ", spec_.name,
               ": waited on inside its coalescing block; wait on the work returned when the block ends");
 }
@@ -51,6 +57,7 @@ bool MeshcommWork::eventDone() {
 }
 
 bool MeshcommWork::isCompleted() {
+  if (end_->deferred) requireRecorded();
   if (end_->event == nullptr) return false;
   if (end_->captured) return true;  // a captured op runs when the graph is replayed
   {
@@ -65,9 +72,10 @@ bool MeshcommWork::isCompleted() {
 }
 
 void MeshcommWork::streamWait() {
-  requireRecorded();
   c10::cuda::CUDAGuard guard(state_->device);
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(state_->device.index());
+  if (end_->deferred && current == end_->stream) return;  // same stream: already ordered, no event needed
+  requireRecorded();
   if (current == end_->stream) return;  // same stream: already ordered
   C10_CUDA_CHECK(cudaStreamWaitEvent(current.stream(), end_->event.get(), 0));
 }

@@ -6,7 +6,8 @@
 // - synchronize() blocks the host (with the op's timeout); blockCurrentStream() only orders the stream;
 // - isCompleted() queries the event; getFuture() is a CUDA-aware future completed on the op's stream.
 // Works created during CUDA-graph capture only order streams (events recorded in a capture cannot be
-// queried).
+// queried). A blocking op's end event is recorded lazily, on first use (WorkEnd::deferred): later, so the
+// wait covers the op and whatever its stream ran since, which can only delay completion.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -15,6 +16,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "comm_state.hpp"
@@ -28,6 +30,9 @@ struct WorkEnd {
   c10::cuda::CUDAStream stream;
   std::shared_ptr<CUevent_st> event;  // null until recorded
   bool captured = false;              // recorded during CUDA-graph capture
+  // A blocking op (async_op=False) ran on the caller's current stream, where the caller's next work is
+  // ordered after it anyway: its end is recorded only when something asks for it (host overhead).
+  bool deferred = false;
 
   void record(EventPool& pool, bool capturing);
 };
@@ -54,7 +59,7 @@ class MeshcommWork : public ::c10d::Work {
   uint64_t getSequencenumber() const override;
 
  private:
-  void requireRecorded() const;
+  void requireRecorded();
   void streamWait();
   void blockHost(std::chrono::milliseconds timeout);
   bool eventDone();
@@ -64,6 +69,7 @@ class MeshcommWork : public ::c10d::Work {
   std::shared_ptr<WorkEnd> end_;
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::once_flag deferredRecord_;
 };
 
 }  // namespace meshcomm::torch_backend

@@ -396,6 +396,25 @@ def test_async_op_orders_with_the_current_stream(world):
     assert work.is_completed()
 
 
+def test_blocking_op_work_records_its_end_on_demand(world):
+    """A blocking op (asyncOp False) records its end event only when asked: waiting from another stream,
+    synchronize() and is_completed() still see the op."""
+    torch, dist = world.torch, world.dist
+    opts = dist.AllreduceOptions()
+    opts.asyncOp = False
+    inputs = [seeded(world, r, 65539, torch.float32, "deferred-end") for r in range(world.size)]
+    x = on_gpu(world, inputs[world.rank])
+    work = dist.group.WORLD.allreduce([x], opts)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        work.wait()  # the side stream now waits for the allreduce
+        y = x * 2
+    work.synchronize()
+    assert work.is_completed()
+    side.synchronize()
+    assert_equal(y, 2 * sum(inputs), "read on another stream after wait()")
+
+
 def test_timeout_raises_then_completes(world):
     """wait(timeout) raises when peers are late; the op still completes once they join."""
     if world.size < 2:
@@ -495,17 +514,21 @@ def test_new_group_subset(world):
 
 
 def test_split_group_parity(world):
+    """Runs after test_new_group_subset on purpose: that group registered on half of the ranks only, so torch
+    names the split's store prefix differently on the two halves (the meshcomm backend must not depend on it)."""
     torch, dist = world.torch, world.dist
     parent = dist.new_group(backend="meshcomm")  # CUDA only: split_group splits the meshcomm backend alone
     evens, odds = list(range(0, world.size, 2)), list(range(1, world.size, 2))
     split = [g for g in (evens, odds) if g]
-    group = dist.split_group(parent_pg=parent, split_ranks=split)
     mine = evens if world.rank % 2 == 0 else odds
-    inputs = [seeded(world, r, 257, torch.int32, "split") for r in range(world.size)]
-    x = on_gpu(world, inputs[world.rank])
-    dist.all_reduce(x, group=group)
-    torch.cuda.synchronize()
-    assert_equal(x, sum(inputs[r] for r in mine), "allreduce in split_group")
+    for attempt in range(2):  # the same split twice: two distinct groups
+        group = dist.split_group(parent_pg=parent, split_ranks=split)
+        assert group.size() == len(mine)
+        inputs = [seeded(world, r, 257, torch.int32, f"split/{attempt}") for r in range(world.size)]
+        x = on_gpu(world, inputs[world.rank])
+        dist.all_reduce(x, group=group)
+        torch.cuda.synchronize()
+        assert_equal(x, sum(inputs[r] for r in mine), f"allreduce in split_group #{attempt}")
 
 
 # ---- a model --------------------------------------------------------------------------------------------
