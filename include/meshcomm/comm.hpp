@@ -87,6 +87,11 @@ class Comm {
   // Makes every device wait of this communicator give up (its kernels finish) and the destructor skip the
   // final agreement with the peers, which may be gone (ncclCommAbort). The Comm is unusable afterwards.
   void abort();
+  // The first half of the collective teardown: drains this GPU and tells every peer this rank is done; the
+  // destructor then only waits for the peers' word before it frees. A process that tears down several Comms
+  // can call beginClose on all of them first, so the ranks need not destroy them in the same order (torch's
+  // destroy_process_group does not). Launches afterwards throw Error(InvalidUsage); idempotent.
+  void beginClose();
 
   AlgorithmCollection& algorithms();
   // Registers a user algorithm (collective: all ranks, same order) and calls its initialize().

@@ -124,6 +124,9 @@ class Comm::Impl {
   int groupDepth = 0;
   std::vector<P2POp> groupOps;
   bool aborted = false;  // abort(): the teardown skips the agreement with the peers
+  bool closing = false;  // beginClose(): drained and announced; no launches any more
+  void beginClose();
+  void awaitPeersClosed();
   cudaStream_t groupStream = nullptr;
 };
 
@@ -140,15 +143,40 @@ Comm::Impl::Impl(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config)
   groupOps.reserve(2 * static_cast<size_t>(topo().nRanks));
 }
 
+namespace {
+// The teardown agreement's bootstrap tag (collective layer range, as CommResources' and BufferRegistry's).
+constexpr int kCloseTag = 0x3c00000 + 32;
+}  // namespace
+
+void Comm::Impl::beginClose() {
+  if (closing) return;
+  closing = true;
+  CudaDeviceGuard guard(device);
+  const cudaError_t err = cudaDeviceSynchronize();  // every stream, known to us or not
+  if (err != cudaSuccess)
+    MESHCOMM_LOG(WARN, "rank ", topo().rank, ": closing the Comm: cudaDeviceSynchronize: ", cudaGetErrorString(err));
+  if (aborted) return;
+  const char done = 1;
+  for (int peer = 0; peer < topo().nRanks; ++peer) {
+    if (peer != topo().rank) communicator->bootstrap().send(&done, 1, peer, kCloseTag);
+  }
+}
+
+void Comm::Impl::awaitPeersClosed() {
+  if (aborted) return;
+  for (int peer = 0; peer < topo().nRanks; ++peer) {
+    char done = 0;
+    if (peer != topo().rank) communicator->bootstrap().recv(&done, 1, peer, kCloseTag);
+  }
+}
+
 Comm::Impl::~Impl() {
-  // Drain every stream (unknown to us), agree with the peers that nobody uses the shared buffers any more,
-  // then release contexts, algorithms, resources and the communicator in that order. Never throws.
+  // Drain every stream (unknown to us) and agree with the peers that nobody uses the shared buffers any more
+  // (beginClose + awaitPeersClosed: a barrier in two halves), then release contexts, algorithms, resources and
+  // the communicator in that order. Never throws.
   try {
-    CudaDeviceGuard guard(device);
-    const cudaError_t err = cudaDeviceSynchronize();
-    if (err != cudaSuccess)
-      MESHCOMM_LOG(WARN, "rank ", topo().rank, ": ~Comm: cudaDeviceSynchronize: ", cudaGetErrorString(err));
-    if (!aborted) communicator->bootstrap().barrier();
+    beginClose();
+    awaitPeersClosed();
   } catch (const std::exception& e) {
     MESHCOMM_LOG(WARN, "~Comm: ", e.what(), " (continuing the teardown)");
   }
@@ -188,6 +216,7 @@ void Comm::Impl::findSpans(CollectiveArgs& args) const {
 }
 
 void Comm::Impl::launchSelected(const char* op, CollectiveArgs& args, const Selection* forcedSelection) {
+  MESHCOMM_REQUIRE(!closing, "rank ", topo().rank, ": ", op, ": the Comm is closing (beginClose was called)");
   DeviceScope scope(device);
   communicator->checkDeviceError();
   args.capturing = isCapturing(args.stream);
@@ -250,6 +279,10 @@ Comm::~Comm() = default;
 void Comm::abort() {
   impl_->aborted = true;
   impl_->communicator->abortDeviceWaits();
+}
+
+void Comm::beginClose() {
+  impl_->beginClose();
 }
 
 int Comm::rank() const {

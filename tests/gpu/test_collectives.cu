@@ -28,6 +28,7 @@
 #include "collective_check.hpp"
 #include "collectives/algorithms/ll_stream.hpp"
 #include "gpu_test_env.hpp"
+#include "meshcomm/bootstrap.hpp"
 #include "meshcomm/comm.hpp"
 #include "meshcomm/env.hpp"
 
@@ -1215,6 +1216,49 @@ TEST_F(Collectives, BarrierWaitsForTheSlowestRank) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   if (rank() == 0) std::printf("[ INFO ] 200 barriers: %.1f us each\n", ms * 1000 / 200);
   EXPECT_NO_THROW(cc().checkError());
+}
+
+// Two Comms torn down in opposite orders on even and odd ranks (torch's destroy_process_group order differs
+// between ranks): beginClose on both, then destruction in either order, completes; launches after beginClose
+// are refused. With a blocking agreement inside the destructor alone this deadlocks (until the timeout).
+TEST_F(Collectives, CommsClosedInDifferentOrdersOnDifferentRanks) {
+  if (worldSize() < 2) GTEST_SKIP() << "needs 2 ranks";
+  auto freshComm = [&] {
+    UniqueId id;
+    if (rank() == 0) id = TcpBootstrap::createUniqueId(worldSize());
+    bootstrap().broadcast(id.bytes.data(), id.bytes.size(), 0);
+    CommConfig cfg;
+    cfg.cudaDevice = comm().cudaDevice();
+    return std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank(), worldSize(), id), cfg);
+  };
+  std::unique_ptr<Comm> a = freshComm();
+  std::unique_ptr<Comm> b = freshComm();
+  constexpr size_t kCount = 4099;
+  float* buf = nullptr;
+  MESHCOMM_CUDA_CHECK(cudaMalloc(&buf, kCount * sizeof(float)));
+  std::vector<float> host(kCount, static_cast<float>(rank() + 1));
+  for (Comm* c : {a.get(), b.get()}) {  // both hold live connections and contexts
+    MESHCOMM_CUDA_CHECK(cudaMemcpy(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice));
+    c->allReduce(buf, buf, kCount, DataType::F32, ReduceOpSpec(), stream());
+    std::vector<float> got(kCount);
+    MESHCOMM_CUDA_CHECK(cudaMemcpyAsync(got.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost,
+                                        stream()));
+    MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    const float expected = worldSize() * (worldSize() + 1) / 2.0f;
+    EXPECT_EQ(std::count(got.begin(), got.end(), expected), static_cast<long>(kCount));
+  }
+  const bool odd = rank() % 2 == 1;
+  std::unique_ptr<Comm>& first = odd ? b : a;
+  std::unique_ptr<Comm>& second = odd ? a : b;
+  const auto t0 = std::chrono::steady_clock::now();
+  first->beginClose();
+  second->beginClose();
+  EXPECT_THROW(first->allReduce(buf, buf, kCount, DataType::F32, ReduceOpSpec(), stream()), Error);
+  first.reset();  // a on even ranks, b on odd ranks: the peers free them in the other order
+  second.reset();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 20.0) << "rank " << rank() << ": the teardown waited for a peer tearing down another Comm";
+  MESHCOMM_CUDA_CHECK(cudaFree(buf));
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -91,7 +91,14 @@ void MeshcommBackend::shutdown() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (!state_->comm) return;
   c10::cuda::CUDAGuard guard(state_->device);
-  state_->comm.reset();  // drains the device, then agrees with the peers (skipped after abort)
+  // Drains the device and tells the peers; the wait for theirs happens when the state is freed (see
+  // CommState::closing), so every rank can shut its groups down in any order.
+  state_->closing = std::move(state_->comm);
+  try {
+    state_->closing->beginClose();
+  } catch (const std::exception& e) {  // a peer already gone: its own teardown does not need our word
+    TORCH_WARN("meshcomm: rank ", getRank(), ": shutdown: ", e.what());
+  }
 }
 
 namespace {

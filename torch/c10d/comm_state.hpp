@@ -25,6 +25,10 @@ struct CommState {
   const at::Device device;
   std::mutex mutex;
   std::unique_ptr<Comm> comm;  // null after shutdown()
+  // After shutdown(): the Comm drained and announced its close to the peers (Comm::beginClose); it is freed
+  // with this state, once the peers have announced theirs. torch's destroy_process_group shuts groups down in
+  // an order that differs between ranks, so a blocking teardown inside shutdown() could deadlock.
+  std::unique_ptr<Comm> closing;
   std::shared_ptr<EventPool> events;
 
   // Throws c10::DistBackendError with the Comm's first device-side error (a timed-out wait, a dead peer).
