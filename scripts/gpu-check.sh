@@ -21,20 +21,10 @@
 # says so; the unit tests then run as one binary instead of through ctest).
 set -u -o pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 OUT_DIR" >&2
-  exit 2
-fi
-mkdir -p "$1"
-OUT=$(cd "$1" && pwd)
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$REPO/scripts/lib/check-steps.sh"  # record, run_step, result_of, print_steps, check_init; NVLS off
+check_init "$@"
 BUILD=${BUILD_DIR:-$REPO/build}
-JOBS=${JOBS:-$(nproc)}
-
-source "$REPO/scripts/lib/check-steps.sh"  # record, run_step, result_of, print_steps; NVLS off
-# Shared libraries must link the shared libstdc++ (the one torch loads); some images point CXX at a
-# wrapper that finds only the static one. Prefer the system compiler where it exists (as scripts/build.sh).
-if [[ -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
 
 RUN="$BUILD/tools/meshcomm-run"
 GPU_TESTS="$BUILD/tests/meshcomm_gpu_tests"

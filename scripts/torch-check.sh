@@ -17,17 +17,11 @@
 # time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it).
 set -u -o pipefail
 
-if [[ $# -ne 1 ]]; then
-  echo "usage: $0 OUT_DIR" >&2
-  exit 2
-fi
-mkdir -p "$1"
-OUT=$(cd "$1" && pwd)
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+source "$REPO/scripts/lib/check-steps.sh"  # record, run_step, result_of, print_steps, check_init; NVLS off
+check_init "$@"
 BUILD=${BUILD_DIR:-$REPO/build-torch}
-JOBS=${JOBS:-$(nproc)}
-source "$REPO/scripts/lib/check-steps.sh"
-if [[ -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi  # see gpu-check.sh
+
 T0=$(date +%s)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

@@ -3,6 +3,8 @@
 #   run_step LOG CMD...               runs CMD, output appended to LOG and the console; sets RC and SECS
 #   result_of RC                      PASS (0) / SKIP (77) / FAIL
 #   print_steps                       the step table (markdown)
+#   check_init "$@"                   the usage check (one OUT_DIR argument); sets OUT (absolute) and JOBS;
+#                                     prefers /usr/bin/g++ (see gpu-check.sh)
 
 # NVLink multicast (NVLS) stays off on the shared machines; nothing here uses it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -47,9 +49,24 @@ print_steps() {
 find_torch_python() {
   local py
   for py in ${TORCH_PYTHON:-} python3 /opt/torch/.venv/bin/python; do
-    if "$py" -c 'import torch' >/dev/null 2>&1; then
+    # From /: a directory named torch in the working directory (this repo has one) would import as an
+    # empty namespace package.
+    if (cd / && "$py" -c 'import sys, torch; sys.exit(torch.__file__ is None)') >/dev/null 2>&1; then
       echo "$py"
       return
     fi
   done
+}
+
+check_init() {
+  if [[ $# -ne 1 ]]; then
+    echo "usage: $0 OUT_DIR" >&2
+    exit 2
+  fi
+  mkdir -p "$1"
+  OUT=$(cd "$1" && pwd)
+  JOBS=${JOBS:-$(nproc)}
+  # Shared libraries must link the shared libstdc++ (the one torch loads); some images point CXX at a
+  # wrapper that finds only the static one. Prefer the system compiler where it exists (as scripts/build.sh).
+  if [[ -x /usr/bin/g++ ]]; then export CXX=/usr/bin/g++ CUDAHOSTCXX=/usr/bin/g++; fi
 }
