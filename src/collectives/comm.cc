@@ -154,7 +154,8 @@ void Comm::Impl::beginClose() {
   CudaDeviceGuard guard(device);
   const cudaError_t err = cudaDeviceSynchronize();  // every stream, known to us or not
   if (err != cudaSuccess)
-    MESHCOMM_LOG(WARN, "rank ", topo().rank, ": closing the Comm: cudaDeviceSynchronize: ", cudaGetErrorString(err));
+    MESHCOMM_LOG(WARN, "rank ", topo().rank,
+                 ": closing the Comm: cudaDeviceSynchronize: ", cudaGetErrorString(err));
   if (aborted) return;
   const char done = 1;
   for (int peer = 0; peer < topo().nRanks; ++peer) {
@@ -172,8 +173,8 @@ void Comm::Impl::awaitPeersClosed() {
 
 Comm::Impl::~Impl() {
   // Drain every stream (unknown to us) and agree with the peers that nobody uses the shared buffers any more
-  // (beginClose + awaitPeersClosed: a barrier in two halves), then release contexts, algorithms, resources and
-  // the communicator in that order. Never throws.
+  // (beginClose + awaitPeersClosed: a barrier in two halves), then release contexts, algorithms, resources
+  // and the communicator in that order. Never throws.
   try {
     beginClose();
     awaitPeersClosed();

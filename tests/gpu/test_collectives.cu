@@ -1241,8 +1241,8 @@ TEST_F(Collectives, CommsClosedInDifferentOrdersOnDifferentRanks) {
     MESHCOMM_CUDA_CHECK(cudaMemcpy(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice));
     c->allReduce(buf, buf, kCount, DataType::F32, ReduceOpSpec(), stream());
     std::vector<float> got(kCount);
-    MESHCOMM_CUDA_CHECK(cudaMemcpyAsync(got.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost,
-                                        stream()));
+    MESHCOMM_CUDA_CHECK(
+        cudaMemcpyAsync(got.data(), buf, kCount * sizeof(float), cudaMemcpyDeviceToHost, stream()));
     MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
     const float expected = worldSize() * (worldSize() + 1) / 2.0f;
     EXPECT_EQ(std::count(got.begin(), got.end(), expected), static_cast<long>(kCount));

@@ -105,11 +105,11 @@ namespace {
 
 // The store a split child bootstraps on. torch hands split() a PrefixStore named after the child group, but
 // dist.split_group derives that name from how many groups the calling rank knows, which differs between ranks
-// that were members of different earlier groups (new_group registers a group on its members only): the members
-// would wait under different keys. So the child's keys live under the parent's own store, named by the
-// parent-wide split count and the member ranks, which every member agrees on.
-c10::intrusive_ptr<::c10d::Store> splitStore(const c10::intrusive_ptr<::c10d::Store>& given, uint64_t splitIndex,
-                                             const std::vector<int>& ranks) {
+// that were members of different earlier groups (new_group registers a group on its members only): the
+// members would wait under different keys. So the child's keys live under the parent's own store, named by
+// the parent-wide split count and the member ranks, which every member agrees on.
+c10::intrusive_ptr<::c10d::Store> splitStore(const c10::intrusive_ptr<::c10d::Store>& given,
+                                             uint64_t splitIndex, const std::vector<int>& ranks) {
   c10::intrusive_ptr<::c10d::Store> parent = given;
   if (auto prefixed = c10::dynamic_intrusive_pointer_cast<::c10d::PrefixStore>(given)) {
     parent = prefixed->getUnderlyingStore();

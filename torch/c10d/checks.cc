@@ -5,7 +5,8 @@
 
 namespace meshcomm::torch_backend {
 
-void checkOnDevice(const OpContext& ctx, const char* argument, const at::Tensor& t, const at::Device& device) {
+void checkOnDevice(const OpContext& ctx, const char* argument, const at::Tensor& t,
+                   const at::Device& device) {
   TORCH_CHECK(t.defined(), "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument, ": undefined tensor");
   TORCH_CHECK(t.layout() == at::kStrided, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument,
               ": sparse tensors are not supported (layout ", t.layout(), ")");
