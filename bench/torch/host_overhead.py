@@ -9,6 +9,7 @@ side dominates), on the current stream:
   meshcomm  torch.distributed.all_reduce on a group whose CUDA backend is meshcomm
   nccl      torch.distributed.all_reduce on a ProcessGroupNCCL group (reference)
   dispatch  ProcessGroup.allreduce([t], opts).wait(): the C++ call below dist.all_reduce's Python wrapper
+  backend   the group's MeshcommBackend.allreduce([t], opts).wait(): without torch's dispatcher
 it measures the host time per call while enqueueing `--calls` back-to-back calls (no sync inside; fewer
 calls than the launch queue holds, so the host never waits for the GPU), and the wall time per call until the
 GPU has finished them all. Median of `--repeats` repeats. Rank 0 prints a table and the overhead
@@ -83,6 +84,11 @@ def main():
     def dispatch_call():  # what dist.all_reduce runs below its Python wrapper
         world_pg.allreduce([x], sync_opts).wait()
 
+    backend = world_pg._get_backend(device)
+
+    def backend_call():  # the meshcomm backend itself, without torch's dispatcher
+        backend.allreduce([x], sync_opts).wait()
+
     def meshcomm_async():
         dist.all_reduce(x, async_op=True).wait()
 
@@ -90,8 +96,9 @@ def main():
         dist.all_reduce(x, group=nccl_group, async_op=True).wait()
 
     ways = [("raw meshcomm.Comm.all_reduce", raw_call), ("torch, cuda:meshcomm", meshcomm_call),
-            ("torch, nccl", nccl_call), ("ProcessGroup.allreduce, cuda:meshcomm", dispatch_call), ("torch async+wait, cuda:meshcomm", meshcomm_async),
-            ("torch async+wait, nccl", nccl_async)]
+            ("torch, nccl", nccl_call), ("ProcessGroup.allreduce, cuda:meshcomm", dispatch_call),
+            ("Backend.allreduce (meshcomm, no dispatch)", backend_call),
+            ("torch async+wait, cuda:meshcomm", meshcomm_async), ("torch async+wait, nccl", nccl_async)]
     for _, call in ways:  # warm up: connections, algorithm contexts, NCCL's lazy init
         for _ in range(50):
             call()
@@ -107,8 +114,10 @@ def main():
         for name, host, wall in results:
             print(f"| {name:40} | {host:12.2f} | {wall:12.2f} |")
         wrapper = results[1][1] - results[3][1]
+        dispatch = results[3][1] - results[4][1]
         print(f"of which torch's Python wrapper (dist.all_reduce over ProcessGroup.allreduce): {wrapper:.2f} us; "
-              f"C++ dispatch + meshcomm backend: {overhead - wrapper:.2f} us")
+              f"torch's C++ dispatch (ProcessGroup over Backend.allreduce): {dispatch:.2f} us; the meshcomm "
+              f"backend with its Python binding (Backend.allreduce over raw): {results[4][1] - results[0][1]:.2f} us")
         print(f"host overhead of the torch call over the raw call: {overhead:.2f} us "
               f"(limit {args.limit_us:g}): {'PASS' if ok else 'FAIL'}", flush=True)
     raw.close()
