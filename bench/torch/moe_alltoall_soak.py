@@ -11,8 +11,8 @@ meshcomm.torch.all_to_all_single with split sizes in CUDA tensors (sync and asyn
 written into its tensors before each replay. Outputs are poisoned before every call; a row's value encodes
 (source rank, row in the source's buffer, iteration mod 3, column), so a misplaced, stale or missing row
 counts as wrong. Wrong elements accumulate on the GPU (no host sync in the loop). Memory: the caching
-allocator's reserved bytes (after empty_cache) and the driver's free bytes after a warm-up and at the end. Exit 1 on any wrong
-element or memory growth.
+allocator's reserved bytes (after empty_cache) and the driver's free bytes after a warm-up and at the end.
+Exit 1 on any wrong element or memory growth.
 """
 import argparse
 import gc
