@@ -107,7 +107,9 @@ TEST(InPlace, EveryCollective) {
 class FakePointers : public PointerQuery {
  public:
   std::map<const void*, PointerInfo> overrides;
+  mutable int queries = 0;
   PointerInfo query(const void* p) const override {
+    ++queries;
     auto it = overrides.find(p);
     if (it != overrides.end()) return it->second;
     const char* c = static_cast<const char*>(p);
@@ -153,6 +155,21 @@ TEST_F(Validation, NullPointersAndCountZero) {
   expectError(a, "rank 1: allgather: recv: null pointer");
   EXPECT_FALSE(isNoOp(args(Collective::Barrier, 0)));
   EXPECT_FALSE(isNoOp(args(Collective::AllToAllv, 0)));
+}
+
+TEST_F(Validation, InPlaceCallQueriesItsBufferOnce) {
+  CollectiveArgs a = args(Collective::AllReduce, 8);
+  a.output = const_cast<void*>(a.input);
+  pointers.queries = 0;
+  EXPECT_NO_THROW(validateCollective(ctx, "allreduce", a));
+  EXPECT_EQ(pointers.queries, 1);  // the host path's cost: one driver query per distinct buffer
+  pointers.overrides[a.input] = {PointerInfo::Kind::Device, 2};
+  expectError(a, "rank 1: allreduce: send: device memory of another GPU");
+  pointers.overrides.clear();
+  a = args(Collective::AllReduce, 8);
+  pointers.queries = 0;
+  EXPECT_NO_THROW(validateCollective(ctx, "allreduce", a));
+  EXPECT_EQ(pointers.queries, 2);
 }
 
 TEST_F(Validation, RootOnlyBuffers) {
