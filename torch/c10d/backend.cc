@@ -184,9 +184,8 @@ WorkSpec MeshcommBackend::workSpec(const OpInfo& op) const {
   return WorkSpec{op.type, op.name, seq_, timeout, op.blocking};
 }
 
-c10::cuda::CUDAStream MeshcommBackend::beginOp(const OpInfo& op) {
+c10::cuda::CUDAStream MeshcommBackend::beginOp(const OpInfo& op, const c10::cuda::CUDAStream& current) {
   TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": ", op.name, ": process group was shut down");
-  const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(state_->device.index());
   if (!op.asyncOp && !coalescing_) return current;
   // The internal stream starts after everything the caller enqueued so far.
   std::shared_ptr<CUevent_st> ready = state_->events->acquire();
@@ -197,9 +196,10 @@ c10::cuda::CUDAStream MeshcommBackend::beginOp(const OpInfo& op) {
 
 c10::intrusive_ptr<::c10d::Work> MeshcommBackend::finishOp(const OpInfo& op,
                                                            const c10::cuda::CUDAStream& stream,
-                                                           const std::vector<at::Tensor>& inputs,
-                                                           const std::vector<at::Tensor>& outputs) {
-  if (stream != c10::cuda::getCurrentCUDAStream(state_->device.index())) {
+                                                           bool onCurrentStream,
+                                                           c10::ArrayRef<at::Tensor> inputs,
+                                                           std::vector<at::Tensor> outputs) {
+  if (!onCurrentStream) {
     // The caching allocator must not hand these blocks out again before the internal stream is done.
     for (const at::Tensor& t : inputs) recordStream(t, stream);
     for (const at::Tensor& t : outputs) recordStream(t, stream);
@@ -215,7 +215,7 @@ c10::intrusive_ptr<::c10d::Work> MeshcommBackend::finishOp(const OpInfo& op,
   } else {
     end->deferred = true;  // ran on the caller's current stream (beginOp): recorded if someone asks
   }
-  return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), std::move(end), outputs);
+  return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), std::move(end), std::move(outputs));
 }
 
 }  // namespace meshcomm::torch_backend

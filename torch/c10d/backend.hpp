@@ -103,6 +103,14 @@ class MeshcommBackend : public ::c10d::Backend {
 
   const at::Device& device() const { return state_->device; }
 
+  // Runs f(Comm&) under the group's lock; throws after shutdown() (diagnostics: host_timing.cc).
+  template <typename F>
+  void withComm(F&& f) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": process group was shut down");
+    f(*state_->comm);
+  }
+
  private:
   struct OpInfo {
     ::c10d::OpType type;
@@ -118,24 +126,29 @@ class MeshcommBackend : public ::c10d::Backend {
   // The common enqueue path: `launch(Comm&, cudaStream_t)` runs with the op stream current (so torch ops in
   // it, such as copies into list outputs, are ordered with the collective). `inputs`/`outputs` are kept
   // alive for the op's duration (recordStream on an internal stream); `outputs` are the work's result.
+  // A sync op runs on the caller's current stream: no stream switch, no event, no allocator bookkeeping.
   template <typename Launch>
-  c10::intrusive_ptr<::c10d::Work> run(const OpInfo& op, const std::vector<at::Tensor>& inputs,
-                                       const std::vector<at::Tensor>& outputs, Launch&& launch) {
+  c10::intrusive_ptr<::c10d::Work> run(const OpInfo& op, c10::ArrayRef<at::Tensor> inputs,
+                                       std::vector<at::Tensor> outputs, Launch&& launch) {
     c10::cuda::CUDAGuard deviceGuard(state_->device);
     std::lock_guard<std::mutex> lock(state_->mutex);
-    const c10::cuda::CUDAStream stream = beginOp(op);
-    {
+    const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(state_->device.index());
+    const c10::cuda::CUDAStream stream = beginOp(op, current);
+    if (stream == current) {
+      translateErrors([&] { launch(*state_->comm, stream.stream()); });
+    } else {
       c10::cuda::CUDAStreamGuard streamGuard(stream);
       translateErrors([&] { launch(*state_->comm, stream.stream()); });
     }
-    return finishOp(op, stream, inputs, outputs);
+    return finishOp(op, stream, stream == current, inputs, std::move(outputs));
   }
 
-  // The op stream (after the event wait for an async op); throws after shutdown().
-  c10::cuda::CUDAStream beginOp(const OpInfo& op);
+  // The op stream: `current`, or the internal stream after an event wait on `current` for an async op;
+  // throws after shutdown().
+  c10::cuda::CUDAStream beginOp(const OpInfo& op, const c10::cuda::CUDAStream& current);
   c10::intrusive_ptr<::c10d::Work> finishOp(const OpInfo& op, const c10::cuda::CUDAStream& stream,
-                                            const std::vector<at::Tensor>& inputs,
-                                            const std::vector<at::Tensor>& outputs);
+                                            bool onCurrentStream, c10::ArrayRef<at::Tensor> inputs,
+                                            std::vector<at::Tensor> outputs);
   WorkSpec workSpec(const OpInfo& op) const;
 
   std::shared_ptr<CommState> state_;

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "backend.hpp"
+#include "host_timing.hpp"
 #include "no_gil_holder.hpp"
 #include "options.hpp"
 
@@ -77,6 +78,14 @@ void bindBackend(py::module_& m) {
            py::arg("async_op"), py::call_guard<py::gil_scoped_release>());
 }
 
+std::map<std::string, double> hostTimeAllreduceOf(::c10d::ProcessGroup& group, at::Tensor& tensor,
+                                                  int calls) {
+  auto backend =
+      c10::dynamic_intrusive_pointer_cast<MeshcommBackend>(group.getBackend(c10::DeviceType::CUDA));
+  TORCH_CHECK(backend, "meshcomm: host timing: the group's CUDA backend is not meshcomm");
+  return hostTimeAllreduce(group, *backend, tensor, calls);
+}
+
 }  // namespace
 
 }  // namespace meshcomm::torch_backend
@@ -88,4 +97,8 @@ PYBIND11_MODULE(_torch_backend, m) {
   meshcomm::torch_backend::bindBackend(m);
   m.def("_create_backend", &meshcomm::torch_backend::createBackend, py::arg("dist_backend_opts"),
         py::arg("pg_options"), "c10d creator (extended API) of a meshcomm process group");
+  m.def("_host_time_allreduce", &meshcomm::torch_backend::hostTimeAllreduceOf, py::arg("group"),
+        py::arg("tensor"), py::arg("calls"), py::call_guard<py::gil_scoped_release>(),
+        "host us per call of each layer under a torch allreduce on a meshcomm group "
+        "(bench/torch/host_overhead.py)");
 }

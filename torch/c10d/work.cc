@@ -72,9 +72,9 @@ bool MeshcommWork::isCompleted() {
 }
 
 void MeshcommWork::streamWait() {
-  c10::cuda::CUDAGuard guard(state_->device);
   const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(state_->device.index());
   if (end_->deferred && current == end_->stream) return;  // same stream: already ordered, no event needed
+  c10::cuda::CUDAGuard guard(state_->device);
   requireRecorded();
   if (current == end_->stream) return;  // same stream: already ordered
   C10_CUDA_CHECK(cudaStreamWaitEvent(current.stream(), end_->event.get(), 0));
