@@ -1,5 +1,7 @@
 // GpuBuffer: owning device memory for Python users without torch (and the GPU tests), with blocking copies
-// from and to bytes; cuda_device_count(). DLPack export is a later increment (docs/python.md).
+// from and to bytes and DLPack export (zero-copy views for torch, CuPy, JAX: docs/python.md);
+// cuda_device_count().
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 
 #include <optional>
@@ -52,6 +54,18 @@ class PyGpuBuffer {
   int device_ = -1;
 };
 
+// The buffer's bytes as a DLPack producer (a 1-D uint8 nanobind.nb_ndarray, array-API object on the buffer's
+// GPU) that keeps the GpuBuffer alive: consumers (torch.from_dlpack, cupy.from_dlpack) see the same memory,
+// no copy.
+nb::object bytesView(nb::handle self) {
+  const PyGpuBuffer& b = nb::cast<const PyGpuBuffer&>(self);
+  const size_t shape[1] = {b.nbytes()};
+  nb::ndarray<nb::array_api, nb::device::cuda> view(reinterpret_cast<void*>(b.ptr()), 1, shape, self, nullptr,
+                                                    nb::dtype<uint8_t>(), nb::device::cuda::value,
+                                                    b.device());
+  return nb::cast(view);
+}
+
 }  // namespace
 
 void bindGpuBuffer(nb::module_& m) {
@@ -89,7 +103,14 @@ void bindGpuBuffer(nb::module_& m) {
             return nb::bytes(out.data(), out.size());
           },
           nb::arg("nbytes") = nb::none(), nb::arg("offset") = 0,
-          "The bytes from `offset` (all the rest when nbytes is None), after a blocking copy");
+          "The bytes from `offset` (all the rest when nbytes is None), after a blocking copy")
+      // DLPack: every GpuBuffer operation is synchronous, so there is no pending work for the consumer's
+      // stream to wait on; `stream` and the other keywords of the protocol pass through to the view.
+      .def("as_dlpack", &bytesView,
+           "The bytes as a DLPack-capable 1-D uint8 array (zero-copy; keeps the buffer)")
+      .def("__dlpack__",
+           [](nb::handle self, nb::kwargs kwargs) { return bytesView(self).attr("__dlpack__")(**kwargs); })
+      .def("__dlpack_device__", [](nb::handle self) { return bytesView(self).attr("__dlpack_device__")(); });
 }
 
 }  // namespace meshcomm::python

@@ -302,3 +302,31 @@ def run_single():
         check("1-rank execute in place", read(send, COUNT), x)
     assert comm.closed
     return {"ok": True}
+
+
+def run_dlpack():
+    """GpuBuffer as a DLPack producer: torch sees the same bytes (no copy), writes through it land in the buffer,
+    the view keeps the buffer alive after the GpuBuffer object is gone. Without torch: {"skipped": reason}."""
+    try:
+        import torch
+    except ImportError as e:
+        return {"skipped": f"torch not importable ({e})"}
+    payload = bytes(random.Random("dlpack").randrange(256) for _ in range(1000))
+    buf = meshcomm.GpuBuffer(len(payload))
+    buf.upload(payload)
+    assert buf.__dlpack_device__() == (2, buf.device), buf.__dlpack_device__()  # kDLCUDA
+    t = torch.from_dlpack(buf)
+    assert t.dtype == torch.uint8 and t.shape == (len(payload),), (t.dtype, t.shape)
+    assert t.device == torch.device("cuda", buf.device), t.device
+    assert t.data_ptr() == buf.ptr, "DLPack view is a copy"
+    assert bytes(t.cpu().tolist()) == payload, "torch reads other bytes than uploaded"
+    t[::3] = 7  # written through torch, read back through the buffer
+    torch.cuda.synchronize()
+    expected = bytes(7 if i % 3 == 0 else b for i, b in enumerate(payload))
+    assert buf.download() == expected, "a write through the DLPack view did not reach the buffer"
+    words = torch.from_dlpack(buf.as_dlpack()).view(torch.int32)  # reinterpret: 250 int32
+    assert words.numel() == len(payload) // 4
+    del buf  # the views own it now
+    total = int(t.to(torch.int64).sum().item())
+    assert total == sum(expected), (total, sum(expected))
+    return {"ok": True}

@@ -32,11 +32,18 @@ def gpu_single(rank, n):
     return gpu_checks.run_single()
 
 
+def gpu_dlpack(rank, n):
+    import gpu_checks
+
+    return gpu_checks.run_dlpack()
+
+
 SCENARIOS = {
     "bootstrap_uid": bootstrap_uid,
     "bootstrap_env": bootstrap_env,
     "gpu_collectives": gpu_collectives,
     "gpu_single": gpu_single,
+    "gpu_dlpack": gpu_dlpack,
 }
 
 if __name__ == "__main__":

@@ -20,6 +20,15 @@ def test_one_rank_comm_on_one_gpu():
     assert results[0].result == {"ok": True}
 
 
+@needs_gpus(1)
+def test_gpu_buffer_is_a_zero_copy_dlpack_producer():
+    results = run_ranks(1, "gpu_dlpack")
+    assert_all_ok(results)
+    if "skipped" in results[0].result:
+        pytest.skip(results[0].result["skipped"])
+    assert results[0].result == {"ok": True}
+
+
 @needs_gpus(2)
 def test_two_ranks_every_collective_and_every_default_algorithm():
     results = run_ranks(2, "gpu_collectives", from_env=True, timeout=600)
