@@ -24,8 +24,8 @@ double microsPerCall(const c10::cuda::CUDAStream& stream, int calls, Call&& call
 
 }  // namespace
 
-std::map<std::string, double> hostTimeAllreduce(::c10d::ProcessGroup& group,
-                                                MeshcommBackend& backend, at::Tensor& tensor, int calls) {
+std::map<std::string, double> hostTimeAllreduce(::c10d::ProcessGroup& group, MeshcommBackend& backend,
+                                                at::Tensor& tensor, int calls) {
   TORCH_CHECK(calls > 0, "meshcomm: host timing: calls must be positive, got ", calls);
   TORCH_CHECK(tensor.is_cuda() && tensor.device() == backend.device() && tensor.is_contiguous() &&
                   tensor.scalar_type() == at::kFloat,
@@ -49,7 +49,8 @@ std::map<std::string, double> hostTimeAllreduce(::c10d::ProcessGroup& group,
   });
   micros["backend"] = microsPerCall(stream, calls, [&] { backend.allreduce(tensors, opts)->wait(); });
   micros["process_group"] = microsPerCall(stream, calls, [&] { group.allreduce(tensors, opts)->wait(); });
-  micros["noop_process_group"] = microsPerCall(stream, calls, [&] { noop->allreduce(tensors, opts)->wait(); });
+  micros["noop_process_group"] =
+      microsPerCall(stream, calls, [&] { noop->allreduce(tensors, opts)->wait(); });
   return micros;
 }
 

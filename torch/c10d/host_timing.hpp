@@ -19,7 +19,7 @@ namespace meshcomm::torch_backend {
 //   "process_group"  ProcessGroup::allreduce + wait: torch's dispatcher over the backend
 //   "noop_process_group"  the same dispatch to torch's FakeProcessGroup (no launch): torch's own floor
 // Collective: every rank of `group` must call it with the same arguments.
-std::map<std::string, double> hostTimeAllreduce(::c10d::ProcessGroup& group,
-                                                MeshcommBackend& backend, at::Tensor& tensor, int calls);
+std::map<std::string, double> hostTimeAllreduce(::c10d::ProcessGroup& group, MeshcommBackend& backend,
+                                                at::Tensor& tensor, int calls);
 
 }  // namespace meshcomm::torch_backend
