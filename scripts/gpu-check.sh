@@ -122,7 +122,9 @@ if [[ $BUILT -eq 1 ]]; then
     run_step "$TMP/unit.out" ctest --test-dir "$BUILD" -E '^gpu_' --output-on-failure -j 16 --timeout 180
   fi
   cat "$TMP/unit.out" >>"$OUT/build.log"
-  record unit-tests "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+% tests passed.*|PASSED .*' "$TMP/unit.out" | tail -1)"
+  # ctest: "N% tests passed, M tests failed out of T"; one gtest binary: "PASSED ] N tests." + "M FAILED TEST(S)".
+  UNIT_NOTE=$(grep -Eo '[0-9]+% tests passed.*|PASSED .*|[0-9]+ FAILED TESTS?' "$TMP/unit.out" | tail -2 | tr '\n' ' ')
+  record unit-tests "$(result_of "$RC")" "$SECS" "${UNIT_NOTE% }"
 else
   not_built unit-tests
 fi
