@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "comm_state.hpp"
@@ -134,13 +135,13 @@ class MeshcommBackend : public ::c10d::Backend {
     std::lock_guard<std::mutex> lock(state_->mutex);
     const c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(state_->device.index());
     const c10::cuda::CUDAStream stream = beginOp(op, current);
-    if (stream == current) {
-      translateErrors([&] { launch(*state_->comm, stream.stream()); });
-    } else {
-      c10::cuda::CUDAStreamGuard streamGuard(stream);
+    const bool onCurrentStream = stream == current;
+    {
+      std::optional<c10::cuda::CUDAStreamGuard> streamGuard;
+      if (!onCurrentStream) streamGuard.emplace(stream);
       translateErrors([&] { launch(*state_->comm, stream.stream()); });
     }
-    return finishOp(op, stream, stream == current, inputs, std::move(outputs));
+    return finishOp(op, stream, onCurrentStream, inputs, std::move(outputs));
   }
 
   // The op stream: `current`, or the internal stream after an event wait on `current` for an async op;
