@@ -6,7 +6,8 @@
 #
 # Steps: build (libmeshcomm, _meshcomm, _torch_backend: the meshcomm_python target, Release, all cores) ->
 # the c10d pytest suite under torchrun (every op vs a host reference, sync/async, graph capture, subgroups,
-# errors) -> the example -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm (losses
+# errors) -> the package's pytest (tests/python: CPU and GPU, compile_native included) -> the three
+# examples/torch/ -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm (losses
 # rel. diff <= 1e-3, step time ratio) -> bench/torch/moe_alltoall_soak.py (10^4 calls with changing splits,
 # memory flat) -> bench/torch/host_overhead.py (torch call over the raw call <= 5 us). A failed step is
 # recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log
@@ -14,7 +15,8 @@
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
 # the first of python3, /opt/torch/.venv/bin/python that imports torch), BUILD_DIR (default REPO/build-torch),
 # JOBS, PREBUILT=1 (use BUILD_DIR as it is), NPROC (ranks; default: all GPUs), STEP_TIME_RATIO (the step
-# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it).
+# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TORCH_CHECKS (a subset of
+# "c10d package examples train moe overhead" to run after the build, so the checks fit several shorter calls).
 set -u -o pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -39,6 +41,11 @@ if [[ ${NGPUS:-0} -lt 2 ]]; then
 fi
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
 TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node "$NP")
+CHECKS=${TORCH_CHECKS:-c10d package examples train moe overhead}
+want() { [[ " $CHECKS " == *" $1 "* ]]; }
+: >"$OUT/pytest.log"
+: >"$OUT/moe.log"
+: >"$OUT/overhead.log"
 
 # ---- build ---------------------------------------------------------------------------------------------
 : >"$OUT/build.log"
@@ -65,14 +72,29 @@ done
 
 # ---- pytest suite --------------------------------------------------------------------------------------
 # -x: a test failing on one rank leaves the others inside its collective, so stop at the first failure.
-run_step "$OUT/pytest.log" timeout 240 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch"
-record c10d-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/pytest.log" | tail -1)"
-run_step "$OUT/pytest.log" timeout 120 "${TORCHRUN[@]}" "$REPO/examples/torch/c10d_backend.py"
-record example "$(result_of "$RC")" "$SECS" "examples/torch/c10d_backend.py"
+if want c10d; then
+  run_step "$OUT/pytest.log" timeout 240 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch"
+  record c10d-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/pytest.log" | tail -1)"
+fi
+# The package's own tests (CPU + GPU: collectives, execute, DLPack, compile_native on 2 GPUs); needs pytest.
+export MESHCOMM_NATIVE_CACHE=$TMP/native-cache
+if want package; then
+  run_step "$OUT/pytest.log" timeout 600 "$PY" -m pytest -q -rs --durations=5 "$REPO/tests/python" \
+    --ignore="$REPO/tests/python/torch"
+  record package-pytest "$(result_of "$RC")" "$SECS" \
+    "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/pytest.log" | tail -1)"
+fi
+# The three ways of using meshcomm from torch (docs/torch.md, docs/python.md, docs/native.md).
+for example in c10d_backend algorithm_execute native_algorithm; do
+  want examples || break
+  run_step "$OUT/pytest.log" timeout 180 "${TORCHRUN[@]}" "$REPO/examples/torch/$example.py"
+  record "example-$example" "$(result_of "$RC")" "$SECS" "examples/torch/$example.py"
+done
 
 # ---- DDP and FSDP2: losses and step time, NCCL vs meshcomm ---------------------------------------------
 : >"$OUT/train.log"
 for par in ddp fsdp2; do
+  want train || break
   for be in nccl meshcomm; do
     run_step "$OUT/train.log" timeout 240 "${TORCHRUN[@]}" "$REPO/bench/torch/train_losses.py" \
       --parallel "$par" --backend "$be" --out "$TMP/$par-$be.json"
@@ -83,10 +105,14 @@ for par in ddp fsdp2; do
 done
 
 # ---- MoE all_to_all_single soak, host overhead ---------------------------------------------------------
-run_step "$OUT/moe.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/moe_alltoall_soak.py"
-record moe-soak "$(result_of "$RC")" "$SECS" "$(grep -Eo 'rank 0/.*' "$OUT/moe.log" | tail -1 | cut -c1-160)"
-run_step "$OUT/overhead.log" timeout 180 "${TORCHRUN[@]}" "$REPO/bench/torch/host_overhead.py"
-record host-overhead "$(result_of "$RC")" "$SECS" "$(grep -Eo 'host overhead of .*' "$OUT/overhead.log" | tail -1)"
+if want moe; then
+  run_step "$OUT/moe.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/moe_alltoall_soak.py"
+  record moe-soak "$(result_of "$RC")" "$SECS" "$(grep -Eo 'rank 0/.*' "$OUT/moe.log" | tail -1 | cut -c1-160)"
+fi
+if want overhead; then
+  run_step "$OUT/overhead.log" timeout 180 "${TORCHRUN[@]}" "$REPO/bench/torch/host_overhead.py"
+  record host-overhead "$(result_of "$RC")" "$SECS" "$(grep -Eo 'host overhead of .*' "$OUT/overhead.log" | tail -1)"
+fi
 
 {
   echo "# meshcomm torch check"
@@ -100,6 +126,7 @@ record host-overhead "$(result_of "$RC")" "$SECS" "$(grep -Eo 'host overhead of 
   grep -E '^(\| |allreduce SUM)' "$OUT/overhead.log"
   grep -Eo 'rank [0-9]+/[0-9]+: [0-9]+ eager calls.*' "$OUT/moe.log"
   grep -E '^(ddp|fsdp2)/' "$OUT/train.log"
+  grep -E '^rank [0-9]+/[0-9]+: my_oneshot_allreduce' "$OUT/pytest.log"
   echo '```'
 } >"$OUT/summary.md"
 cat "$OUT/summary.md"

@@ -14,6 +14,7 @@
 #include "comm_handle.hpp"
 #include "execute_args.hpp"
 #include "meshcomm/builtin_algorithms.hpp"
+#include "meshcomm/native_algorithm.hpp"
 
 namespace meshcomm::python {
 
@@ -39,6 +40,21 @@ ExecuteRequest makeRequest(Collective collective, int rank, int nRanks, uintptr_
   return r;
 }
 
+// A native algorithm runs only where it was registered (Comm.add_algorithm); the same name from another
+// library is a different algorithm.
+void requireRegistered(Comm& comm, const Algorithm& algorithm, const char* op) {
+  const auto* native = dynamic_cast<const NativeAlgorithm*>(&algorithm);
+  if (native == nullptr) return;  // built-in: on every Comm (Comm::run names an unknown one)
+  const auto registered = std::dynamic_pointer_cast<NativeAlgorithm>(comm.algorithms().find(native->name()));
+  MESHCOMM_REQUIRE(registered != nullptr, "rank ", comm.rank(), ": ", op, ": execute: native algorithm '",
+                   native->name(),
+                   "' is not registered on this Comm: call comm.add_algorithm(algorithm) on every rank first "
+                   "(or compile_native(..., comm=comm))");
+  MESHCOMM_REQUIRE(registered->libraryPath() == native->libraryPath(), "rank ", comm.rank(), ": ", op,
+                   ": execute: this Comm's algorithm '", native->name(), "' comes from ",
+                   registered->libraryPath(), ", not from ", native->libraryPath());
+}
+
 void execute(const Algorithm& algorithm, CommHandle& handle, uintptr_t input, uintptr_t output,
              size_t inputSize, size_t outputSize, DataType dtype, const ReduceOpSpec& op, uintptr_t stream,
              nb::handle executor, int nBlocks, int nThreadsPerBlock, const Extras& extras) {
@@ -49,6 +65,7 @@ void execute(const Algorithm& algorithm, CommHandle& handle, uintptr_t input, ui
     MESHCOMM_REQUIRE(nBlocks >= 0 && nThreadsPerBlock >= 0, "rank ", comm.rank(), ": ", op_name,
                      ": execute: nblocks/nthreads_per_block must be >= 0 (0: the algorithm's default), got ",
                      nBlocks, "/", nThreadsPerBlock);
+    requireRegistered(comm, algorithm, op_name);
     const CollectiveArgs args =
         executeArgs(makeRequest(algorithm.collective(), comm.rank(), comm.size(), input, output, inputSize,
                                 outputSize, dtype, op, stream, extras));

@@ -3,10 +3,12 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/vector.h>
 
+#include <memory>
 #include <vector>
 
 #include "bindings.hpp"
 #include "comm_handle.hpp"
+#include "meshcomm/native_algorithm.hpp"
 
 namespace meshcomm::python {
 
@@ -75,6 +77,19 @@ void bindConstruction(nb::class_<CommHandle>& c) {
           nb::arg("exc_type").none(), nb::arg("exc").none(), nb::arg("tb").none());
 }
 
+// Comm.add_algorithm: a fresh instance per Comm (an instance reserves the regions of the one Comm that
+// initialised it). Built-in algorithms are on every Comm already.
+void addAlgorithm(CommHandle& h, const std::shared_ptr<Algorithm>& algorithm) {
+  h.run([&](Comm& comm) {
+    MESHCOMM_REQUIRE(algorithm != nullptr, "rank ", comm.rank(), ": Comm.add_algorithm: algorithm is None");
+    auto native = std::dynamic_pointer_cast<NativeAlgorithm>(algorithm);
+    MESHCOMM_REQUIRE(native != nullptr, "rank ", comm.rank(), ": Comm.add_algorithm: algorithm: '",
+                     algorithm->name(),
+                     "' is not a native algorithm (compile_native); built-in algorithms are on every Comm");
+    comm.addAlgorithm(native->freshInstance());
+  });
+}
+
 void bindQueries(nb::class_<CommHandle>& c) {
   c.def_prop_ro("rank", [](CommHandle& h) { return h.run([](Comm& comm) { return comm.rank(); }); })
       .def_prop_ro("size", [](CommHandle& h) { return h.run([](Comm& comm) { return comm.size(); }); })
@@ -83,6 +98,9 @@ void bindQueries(nb::class_<CommHandle>& c) {
       .def_prop_ro(
           "algorithms", [](CommHandle& h) { return h.run([](Comm& comm) { return comm.algorithms(); }); },
           "A snapshot of the Comm's algorithm collection (its initialised instances)")
+      .def("add_algorithm", &addAlgorithm, nb::arg("algorithm"),
+           "Collective (every rank, same order): registers a fresh instance of a native algorithm "
+           "(compile_native) on this Comm and initialises it")
       .def(
           "check_error", [](CommHandle& h) { h.run([](Comm& comm) { comm.checkError(); }); },
           "Raises the first device-side error of this Comm (TimeoutError naming rank, peer and op)")

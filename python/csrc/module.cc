@@ -12,4 +12,5 @@ NB_MODULE(_meshcomm, m) {
   bindGpuBuffer(m);
   bindComm(m);
   bindAlgorithms(m);
+  bindNative(m);
 }

@@ -19,6 +19,7 @@ from ._meshcomm import (
     GpuMemoryKind,
     InternalError,
     InvalidUsageError,
+    NativeAlgorithm,
     RankEnv,
     ReduceOp,
     ReduceOpSpec,
@@ -36,6 +37,7 @@ from ._meshcomm import (
     reduce_op_name,
 )
 from .dtypes import to_data_type, torch_dtype_name
+from .native import NativeCompileError, compile_native
 
 __all__ = [
     "Algorithm",
@@ -51,6 +53,8 @@ __all__ = [
     "GpuMemoryKind",
     "InternalError",
     "InvalidUsageError",
+    "NativeAlgorithm",
+    "NativeCompileError",
     "RankEnv",
     "ReduceOp",
     "ReduceOpSpec",
@@ -62,6 +66,7 @@ __all__ = [
     "__version__",
     "build_default_algorithms",
     "collective_name",
+    "compile_native",
     "cuda_device_count",
     "data_type_name",
     "data_type_size",

@@ -4,7 +4,9 @@ outputs poisoned first, results compared element by element with a host referenc
 (seeded) input."""
 
 import random
+import struct
 from array import array
+from pathlib import Path
 
 import meshcomm
 from meshcomm import Collective, DataType, ReduceOp
@@ -330,3 +332,97 @@ def run_dlpack():
     total = int(t.to(torch.int64).sum().item())
     assert total == sum(expected), (total, sum(expected))
     return {"ok": True}
+
+
+NATIVE_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "torch" / "native_allreduce.cu"
+
+
+def encode(values, dtype):
+    """Host floats as the bytes of `dtype` (f32, f16, bf16; round to nearest even)."""
+    if dtype == DataType.FLOAT32:
+        return array("f", values).tobytes()
+    if dtype == DataType.FLOAT16:
+        return struct.pack(f"<{len(values)}e", *values)
+    words = struct.unpack(f"<{len(values)}I", struct.pack(f"<{len(values)}f", *values))
+    return struct.pack(f"<{len(values)}H", *(((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF for w in words))
+
+
+def decode(raw, dtype):
+    n = len(raw) // meshcomm.data_type_size(dtype)
+    if dtype == DataType.FLOAT32:
+        return list(struct.unpack(f"<{n}f", raw))
+    if dtype == DataType.FLOAT16:
+        return list(struct.unpack(f"<{n}e", raw))
+    return list(struct.unpack(f"<{n}f", struct.pack(f"<{n}I", *(h << 16 for h in struct.unpack(f"<{n}H", raw)))))
+
+
+def reference(rows, op, n):
+    """What every rank must get: the inputs reduced in rank order (exact on these small integers)."""
+    if op == ReduceOp.MAX:
+        return [float(max(c)) for c in zip(*rows)]
+    if op == ReduceOp.MIN:
+        return [float(min(c)) for c in zip(*rows)]
+    if op == ReduceOp.AVG:
+        return [float(sum(c)) / n for c in zip(*rows)]
+    if op == ReduceOp.PROD:
+        out = []
+        for c in zip(*rows):
+            p = 1.0
+            for x in c:
+                p *= x
+            out.append(p)
+        return out
+    return column_sums(rows)
+
+
+def run_native(rank, n, cache_dir):
+    """A user's algorithm (examples/torch/native_allreduce.cu) built by compile_native and run through
+    Algorithm.execute: registration rules, every dtype and op it supports, in and out of place, counts with
+    partial blocks, and its errors."""
+    comm = meshcomm.Comm.from_env()
+    name = "user_oneshot_allreduce"
+    alg = meshcomm.compile_native(name, NATIVE_EXAMPLE, cache_dir=cache_dir)
+    probe, out = upload(data(rank, 8, "probe")), poisoned(8)
+    expect_error(lambda: alg.execute(comm, probe.ptr, out.ptr, 32, 32, F32),
+                 f"rank {rank}: allreduce: execute: native algorithm '{name}' is not registered on this Comm")
+    expect_error(lambda: comm.add_algorithm(comm.algorithms["allreduce_rsag"]), "is not a native algorithm")
+    comm.add_algorithm(alg)
+    assert name in comm.algorithms and comm.algorithms[name].collective == Collective.ALLREDUCE
+    expect_error(lambda: comm.add_algorithm(alg), f"'{name}' is already registered")
+
+    cases = [(dt, op, 1023) for dt in (F32, DataType.FLOAT16, DataType.BFLOAT16)
+             for op in (ReduceOp.SUM, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG)]
+    cases += [(F32, ReduceOp.PROD, 1023), (F32, ReduceOp.SUM, 1), (F32, ReduceOp.SUM, 3), (F32, ReduceOp.SUM, 70001)]
+    checked = 0
+    for dt, op, count in cases:
+        size = count * meshcomm.data_type_size(dt)
+        for in_place in (False, True):
+            salt = f"native-{dt}-{op}-{count}-{in_place}"
+            rows = [data(r, count, salt) for r in range(n)]
+            if op == ReduceOp.PROD:  # keep products of n values exact in float32
+                rows = [[float((int(x) % 3) - 1 or 2) for x in row] for row in rows]
+            send = meshcomm.GpuBuffer(size)
+            send.upload(encode(rows[rank], dt))
+            recv = send if in_place else meshcomm.GpuBuffer(size)
+            if not in_place:
+                recv.upload(encode([POISON] * count, dt))
+            alg.execute(comm, send.ptr, recv.ptr, size, size, dt, op=op)
+            got = decode(recv.download(size), dt)
+            check(f"{name} {meshcomm.data_type_name(dt)} {op} count={count} in_place={in_place}", got,
+                  decode(encode(reference(rows, op, n), dt), dt))
+            checked += 1
+    # premulsum with a host scalar: every rank's input scaled by 0.5, then summed
+    rows = [data(r, 1023, "native-premul") for r in range(n)]
+    send, recv = upload(rows[rank]), poisoned(1023)
+    alg.execute(comm, send.ptr, recv.ptr, 4 * 1023, 4 * 1023, F32, op=meshcomm.ReduceOpSpec.pre_mul_sum(0.5))
+    check(f"{name} premulsum 0.5", read(recv, 1023), [s * 0.5 for s in column_sums(rows)])
+    checked += 1
+
+    i32 = meshcomm.GpuBuffer(4 * 16)
+    expect_error(lambda: alg.execute(comm, i32.ptr, i32.ptr, 64, 64, DataType.INT32),
+                 f"rank {rank}: allreduce: algorithm {name} cannot run this call: dtype int32 (f32, f16, bf16 only)")
+    expect_error(lambda: alg.execute(comm, send.ptr, recv.ptr, 4 * 1023, 4 * 1023, F32, nblocks=100000),
+                 f"rank {rank}: allreduce: nblocks: 100000")
+    comm.check_error()
+    comm.close()
+    return {"checked": checked}

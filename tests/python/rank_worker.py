@@ -38,12 +38,19 @@ def gpu_dlpack(rank, n):
     return gpu_checks.run_dlpack()
 
 
+def gpu_native(rank, n, cache_dir):
+    import gpu_checks
+
+    return gpu_checks.run_native(rank, n, cache_dir)
+
+
 SCENARIOS = {
     "bootstrap_uid": bootstrap_uid,
     "bootstrap_env": bootstrap_env,
     "gpu_collectives": gpu_collectives,
     "gpu_single": gpu_single,
     "gpu_dlpack": gpu_dlpack,
+    "gpu_native": gpu_native,
 }
 
 if __name__ == "__main__":

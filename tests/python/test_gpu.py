@@ -46,3 +46,10 @@ def test_two_ranks_every_collective_and_every_default_algorithm():
     # Both ranks declined the same algorithms (a one-sided decline would have hung).
     declined = [[name for name, _ in r.result["declined"]] for r in results]
     assert declined[0] == declined[1], declined
+
+
+@needs_gpus(2)
+def test_two_ranks_run_a_native_algorithm_built_by_compile_native(tmp_path):
+    results = run_ranks(2, "gpu_native", args=(tmp_path,), from_env=True, timeout=600)
+    assert_all_ok(results)
+    assert [r.result["checked"] for r in results] == [33, 33]
