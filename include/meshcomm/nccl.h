@@ -215,6 +215,25 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 
+/* Every function above, for the profiling names below (and the shim's tests). */
+/* clang-format off */
+#define MESHCOMM_NCCL_FUNCTIONS(X)                                                                          \
+  X(ncclGetVersion) X(ncclGetUniqueId) X(ncclCommInitRank) X(ncclCommInitRankConfig) X(ncclCommInitAll)     \
+  X(ncclCommSplit) X(ncclCommFinalize) X(ncclCommDestroy) X(ncclCommAbort) X(ncclGetErrorString)            \
+  X(ncclGetLastError) X(ncclCommGetAsyncError) X(ncclCommCount) X(ncclCommCuDevice) X(ncclCommUserRank)     \
+  X(ncclMemAlloc) X(ncclMemFree) X(ncclCommRegister) X(ncclCommDeregister) X(ncclRedOpCreatePreMulSum)      \
+  X(ncclRedOpDestroy) X(ncclReduce) X(ncclBcast) X(ncclBroadcast) X(ncclAllReduce) X(ncclReduceScatter)     \
+  X(ncclAllGather) X(ncclAlltoAll) X(ncclGather) X(ncclScatter) X(ncclCommInitRankScalable)                  \
+  X(ncclCommShrink) X(ncclCommRevoke) X(ncclCommWindowRegister) X(ncclCommWindowDeregister)                 \
+  X(ncclGroupSimulateEnd) X(ncclSend) X(ncclRecv) X(ncclGroupStart) X(ncclGroupEnd)
+/* clang-format on */
+
+/* NCCL's profiling interface: each function is also exported as p<name> (pncclAllReduce, ...), the same
+ * code, for tools that interpose on the nccl* names and call through to the pnccl* ones. */
+#define MESHCOMM_NCCL_DECLARE_PROFILING_NAME(fn) __typeof__(fn) p##fn;
+MESHCOMM_NCCL_FUNCTIONS(MESHCOMM_NCCL_DECLARE_PROFILING_NAME)
+#undef MESHCOMM_NCCL_DECLARE_PROFILING_NAME
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif

@@ -639,4 +639,9 @@ ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
   return SHIM_UNSUPPORTED("ncclGroupSimulateEnd", nullptr);
 }
 
+// The profiling names (pncclAllReduce, ...): aliases of the functions above, exported like them.
+#define SHIM_PROFILING_ALIAS(fn) __attribute__((alias(#fn))) __typeof__(fn) p##fn;
+MESHCOMM_NCCL_FUNCTIONS(SHIM_PROFILING_ALIAS)
+#undef SHIM_PROFILING_ALIAS
+
 }  // extern "C"

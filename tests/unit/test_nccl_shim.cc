@@ -1,5 +1,6 @@
 // The NCCL-API shim's pure translations (src/nccl/nccl_types.*) and the C entry points that need no GPU:
 // version, error texts, argument errors with ncclGetLastError, group nesting.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -118,3 +119,24 @@ TEST(NcclShimApi, VersionErrorsAndGroupsWithoutAGpu) {
 
 }  // namespace
 }  // namespace meshcomm::nccl
+
+// Every function of the header is exported, under its name and NCCL's profiling name (pnccl*), which is the
+// same code.
+TEST(NcclShimApi, EveryFunctionIsExportedUnderItsProfilingNameToo) {
+  void* lib = dlopen("libmeshcomm_nccl.so.2", RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(lib, nullptr) << "the test links libmeshcomm_nccl.so.2: " << dlerror();
+  int functions = 0;
+#define EXPECT_EXPORTED_TWICE(fn)                                                   \
+  {                                                                                 \
+    void* plain = dlsym(lib, #fn);                                                  \
+    void* profiling = dlsym(lib, "p" #fn);                                          \
+    EXPECT_NE(plain, nullptr) << #fn;                                               \
+    EXPECT_EQ(profiling, plain) << "p" #fn;                                         \
+    EXPECT_EQ(plain, reinterpret_cast<void*>(&fn)) << #fn " is not the shim's own"; \
+    ++functions;                                                                    \
+  }
+  MESHCOMM_NCCL_FUNCTIONS(EXPECT_EXPORTED_TWICE)
+#undef EXPECT_EXPORTED_TWICE
+  EXPECT_EQ(functions, 40);
+  dlclose(lib);
+}
