@@ -195,11 +195,11 @@ __global__ void __launch_bounds__(kEngineThreads) broadcastChainKernel(BcastChai
   const int n = v.nRanks, me = v.rank, pos = (me - a.root + n) % n;
   const ChainLinks links{pos > 0 ? (me - 1 + n) % n : -1, pos < n - 1 ? (me + 1) % n : -1};
   runChainLane(a.streams, v, links, a.bytes, a.roundBytes, chainSpinContext(v, links),
-               [&](const Piece& p, const char* in, char* next) {
+               [&](const Piece& p, const char* in, char* next, uint32_t tid, uint32_t nThreads) {
                  const char* src = in ? in : a.input + p.off;
-                 if (next) copyBytes(next, src, p.len, threadIdx.x, blockDim.x);
+                 if (next) copyBytes(next, src, p.len, tid, nThreads);
                  char* dst = a.output + p.off;
-                 if (dst != src) copyBytes(dst, src, p.len, threadIdx.x, blockDim.x);
+                 if (dst != src) copyBytes(dst, src, p.len, tid, nThreads);
                });
 }
 

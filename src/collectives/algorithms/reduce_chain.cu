@@ -45,23 +45,24 @@ __global__ void __launch_bounds__(kChainThreads) reduceChainKernel(ChainArgs a) 
   const device::Reducer<D, Op> red(a.red);
   movement::runChainLane(
       a.streams, v, links, a.bytes, a.roundBytes, movement::chainSpinContext(v, links),
-      [&](const movement::Piece& p, const char* partialIn, char* partialOut) {
+      [&](const movement::Piece& p, const char* partialIn, char* partialOut, uint32_t tid,
+          uint32_t nThreads) {
         const char* own = a.input + p.off;
         const uint32_t ownAlign = alignClass(own);
         char* dst = partialOut ? partialOut : a.output + p.off;
         const uint32_t dstAlign = partialOut ? 16u : alignClass(dst);
         const uint64_t packs = packsOf(p.len);
-        for (uint64_t q0 = threadIdx.x; q0 < packs; q0 += static_cast<uint64_t>(kChainUnroll) * blockDim.x) {
+        for (uint64_t q0 = tid; q0 < packs; q0 += static_cast<uint64_t>(kChainUnroll) * nThreads) {
           uint4 x[kChainUnroll], y[kChainUnroll];
 #pragma unroll
           for (int u = 0; u < kChainUnroll; ++u) {
-            const uint64_t q = q0 + static_cast<uint64_t>(u) * blockDim.x;
+            const uint64_t q = q0 + static_cast<uint64_t>(u) * nThreads;
             x[u] = q < packs ? loadPack(own, q, p.len, ownAlign) : make_uint4(0, 0, 0, 0);
             y[u] = q < packs && partialIn ? loadPack(partialIn, q, p.len, 16) : make_uint4(0, 0, 0, 0);
           }
 #pragma unroll
           for (int u = 0; u < kChainUnroll; ++u) {
-            const uint64_t q = q0 + static_cast<uint64_t>(u) * blockDim.x;
+            const uint64_t q = q0 + static_cast<uint64_t>(u) * nThreads;
             if (q >= packs) break;
             typename device::Reducer<D, Op>::Accs acc;
             if (partialIn) {
@@ -101,7 +102,8 @@ class ReduceChain : public ReductionAlgorithm {
               void*) override {
     if (args.count == 0) return;
     const CommTopology& topo = resources.topology();
-    const LaunchConfig c = resolveConfig(config, defaultConfig(args, topo), maxBlocks(topo));
+    LaunchConfig c = resolveConfig(config, defaultConfig(args, topo), maxBlocks(topo));
+    c.nThreadsPerBlock = std::max(c.nThreadsPerBlock, 64);  // compute warps + the publisher warp
     MESHCOMM_REQUIRE(topo.nRanks < 2 || streams_.pieceMax > 0, "rank ", rank_,
                      ": reduce_chain: no engine stream buffers (MESHCOMM_PACKET_BYTES too small)");
     ChainArgs a;
