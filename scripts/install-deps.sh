@@ -36,3 +36,9 @@ if [ ${#pyneed[@]} -gt 0 ]; then
   echo "install-deps: pip installing ${pyneed[*]} for $py"
   PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet "${pyneed[@]}"
 fi
+# Optional, for scripts/torch-check.sh's Megatron step (bench/torch/megatron_losses.py): megatron-core, only
+# where this python has torch (it brings numpy and packaging).
+if "$py" -c 'import torch' 2>/dev/null && ! "$py" -c 'import megatron.core' 2>/dev/null; then
+  echo "install-deps: pip installing megatron-core for $py (torch is there)"
+  PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet megatron-core || echo "install-deps: megatron-core not installed (the Megatron check will SKIP)"
+fi

@@ -8,15 +8,18 @@
 # the c10d pytest suite under torchrun (every op vs a host reference, sync/async, graph capture, subgroups,
 # errors) -> the package's pytest (tests/python: CPU and GPU, compile_native included) -> the three
 # examples/torch/ -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm (losses
-# rel. diff <= 1e-3, step time ratio) -> bench/torch/moe_alltoall_soak.py (10^4 calls with changing splits,
-# memory flat) -> bench/torch/host_overhead.py (torch call over the raw call <= 5 us). A failed step is
-# recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log
-# train.log moe.log overhead.log summary.md.
+# rel. diff <= 1e-3, step time ratio) -> bench/torch/megatron_losses.py: a Megatron-core GPT, tensor +
+# sequence parallel over all ranks, NCCL vs meshcomm (same limits; SKIP when megatron-core does not import)
+# -> bench/torch/moe_alltoall_soak.py (10^4 calls with changing splits, memory flat) ->
+# bench/torch/host_overhead.py (torch call over the raw call <= 5 us). A failed step is recorded and the
+# script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log train.log
+# megatron.log moe.log overhead.log summary.md.
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
 # the first of python3, /opt/torch/.venv/bin/python that imports torch), BUILD_DIR (default REPO/build-torch),
 # JOBS, PREBUILT=1 (use BUILD_DIR as it is), NPROC (ranks; default: all GPUs), STEP_TIME_RATIO (the step
 # time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TORCH_CHECKS (a subset of
-# "c10d package examples train moe overhead" to run after the build, so the checks fit several shorter calls).
+# "c10d package examples train megatron moe overhead" to run after the build, so the checks fit several
+# shorter calls).
 set -u -o pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -41,9 +44,10 @@ if [[ ${NGPUS:-0} -lt 2 ]]; then
 fi
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
 TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node "$NP")
-CHECKS=${TORCH_CHECKS:-c10d package examples train moe overhead}
+CHECKS=${TORCH_CHECKS:-c10d package examples train megatron moe overhead}
 want() { [[ " $CHECKS " == *" $1 "* ]]; }
 : >"$OUT/pytest.log"
+: >"$OUT/megatron.log"
 : >"$OUT/moe.log"
 : >"$OUT/overhead.log"
 
@@ -104,6 +108,26 @@ for par in ddp fsdp2; do
   record "$par-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$OUT/train.log" | tail -1)"
 done
 
+# ---- Megatron-core tensor + sequence parallelism: losses and step time, NCCL vs meshcomm ---------------
+# The script exits 77 when megatron.core does not import, but torchrun reports a worker's 77 as 1: ask it
+# first without torchrun (--probe), and SKIP both runs on 77.
+if want megatron; then
+  run_step "$OUT/megatron.log" "$PY" "$REPO/bench/torch/megatron_losses.py" --probe
+  if [[ $RC -ne 0 ]]; then
+    NOTE=$(grep -Eo 'megatron.core does not import.*' "$OUT/megatron.log" | tail -1 | cut -c1-160)
+    record megatron-vs-nccl "$(result_of "$RC")" "$SECS" "${NOTE:-megatron_losses.py --probe failed: megatron.log}"
+  else
+    for be in nccl meshcomm; do
+      run_step "$OUT/megatron.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/megatron_losses.py" \
+        --backend "$be" --out "$TMP/megatron-$be.json"
+    done
+    run_step "$OUT/megatron.log" "$PY" "$REPO/bench/torch/megatron_losses.py" --compare "$TMP/megatron-nccl.json" \
+      "$TMP/megatron-meshcomm.json" --rtol 1e-3 --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
+    record megatron-vs-nccl "$(result_of "$RC")" "$SECS" \
+      "$(grep -Eo '[0-9]+ steps: .*' "$OUT/megatron.log" | tail -1)"
+  fi
+fi
+
 # ---- MoE all_to_all_single soak, host overhead ---------------------------------------------------------
 if want moe; then
   run_step "$OUT/moe.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/moe_alltoall_soak.py"
@@ -126,6 +150,7 @@ fi
   grep -E '^(\| |allreduce SUM)' "$OUT/overhead.log"
   grep -Eo 'rank [0-9]+/[0-9]+: [0-9]+ eager calls.*' "$OUT/moe.log"
   grep -E '^(ddp|fsdp2)/' "$OUT/train.log"
+  grep -E '^megatron/' "$OUT/megatron.log"
   grep -E '^rank [0-9]+/[0-9]+: my_oneshot_allreduce' "$OUT/pytest.log"
   echo '```'
 } >"$OUT/summary.md"

@@ -44,55 +44,81 @@ def wrap(torch, model, parallel, local):
     return model
 
 
+def init_distributed(torch, dist, backend):
+    """This rank's GPU (LOCAL_RANK) and the default group with `backend` for CUDA tensors (gloo for CPU ones);
+    returns (local rank, rank, world size)."""
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local)
+    if backend == "meshcomm":
+        import meshcomm.torch  # noqa: F401  registers the backend
+    dist.init_process_group(f"cpu:gloo,cuda:{backend}", device_id=torch.device("cuda", local))
+    return local, dist.get_rank(), dist.get_world_size()
+
+
+def batch_of(torch, g, vocab, batch, seq):
+    """Random tokens and a learnable target: predict the previous token."""
+    x = torch.randint(0, vocab, (batch, seq), device="cuda", generator=g)
+    return x, torch.roll(x, 1, dims=1)
+
+
+def timed_steps(torch, dist, steps, next_batch, step):
+    """Runs `steps` training steps; step(x, y) returns this rank's loss after its optimizer step. Returns the
+    losses averaged over all ranks and the seconds of each step (ending with a device sync)."""
+    losses, times = [], []
+    for _ in range(steps):
+        x, y = next_batch()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step(x, y)
+        avg = loss.detach().clone()
+        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+        losses.append(avg.item())
+    return losses, times
+
+
+def report(torch, args, parallel, rank, world, losses, times, **extra):
+    """Rank 0 writes the JSON of a run (label parallel/backend, losses, median step time, `extra`) and prints
+    its summary line; every rank checks --expect-shim."""
+    shim = "libmeshcomm_nccl" in open("/proc/self/maps").read()
+    if args.expect_shim and not shim:
+        raise SystemExit(f"rank {rank}: --expect-shim: libmeshcomm_nccl is not mapped (LD_PRELOAD ignored?)")
+    if rank != 0:
+        return
+    steady = sorted(times[5:])[len(times[5:]) // 2] if len(times) > 5 else times[-1]
+    label = f"{parallel}/{args.backend}{' (shim)' if shim else ''}"
+    result = {"label": label, "parallel": parallel, "backend": args.backend, "losses": losses,
+              "median_step_s": steady, "world": world, "libmeshcomm_nccl_mapped": shim,
+              "torch": torch.__version__, **extra}
+    with open(args.out, "w") as f:
+        json.dump(result, f)
+    print(f"{label}: {len(losses)} steps on {world} ranks, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
+          f"median step {steady * 1e3:.2f} ms", flush=True)
+
+
 def train(args):
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS
     import torch
     import torch.distributed as dist
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    device = torch.device("cuda", local)
-    if args.backend == "meshcomm":
-        import meshcomm.torch  # noqa: F401  registers the backend
-
-    dist.init_process_group(f"cpu:gloo,cuda:{args.backend}", device_id=device)
-    rank, world = dist.get_rank(), dist.get_world_size()
+    local, rank, world = init_distributed(torch, dist, args.backend)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.manual_seed(1234)  # same initial weights everywhere (DDP also broadcasts them from rank 0)
     vocab, d, seq, batch = 1000, 256, 64, 16
     model = wrap(torch, build_model(torch, vocab, d), args.parallel, local)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator(device="cuda").manual_seed(100 + rank)
-    losses, times = [], []
-    for step in range(args.steps):
-        x = torch.randint(0, vocab, (batch, seq), device="cuda", generator=g)
-        y = torch.roll(x, 1, dims=1)  # learnable: predict the previous token
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+    def step(x, y):
         out = model(x)
         loss = torch.nn.functional.cross_entropy(out.reshape(-1, vocab), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        avg = loss.detach().clone()
-        dist.all_reduce(avg, op=dist.ReduceOp.AVG)
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
-        losses.append(avg.item())
-    maps = open("/proc/self/maps").read()
-    shim = "libmeshcomm_nccl" in maps
-    if args.expect_shim and not shim:
-        raise SystemExit(f"rank {rank}: --expect-shim: libmeshcomm_nccl is not mapped (LD_PRELOAD ignored?)")
-    if rank == 0:
-        steady = sorted(times[5:])[len(times[5:]) // 2] if len(times) > 5 else times[-1]
-        label = f"{args.parallel}/{args.backend}{' (shim)' if shim else ''}"
-        result = {"label": label, "parallel": args.parallel, "backend": args.backend, "losses": losses,
-                  "median_step_s": steady, "world": world, "libmeshcomm_nccl_mapped": shim,
-                  "torch": torch.__version__}
-        with open(args.out, "w") as f:
-            json.dump(result, f)
-        print(f"{label}: {args.steps} steps on {world} ranks, loss {losses[0]:.4f} -> {losses[-1]:.4f}, "
-              f"median step {steady * 1e3:.2f} ms", flush=True)
+        return loss
+
+    losses, times = timed_steps(torch, dist, args.steps, lambda: batch_of(torch, g, vocab, batch, seq), step)
+    report(torch, args, args.parallel, rank, world, losses, times)
     dist.destroy_process_group()
 
 
@@ -112,17 +138,22 @@ def compare(a_path, b_path, rtol, max_time_ratio):
     return 0 if ok else 1
 
 
-def main():
-    ap = argparse.ArgumentParser()
+def add_run_arguments(ap):
+    """The options every loss check shares: the run (steps, backend, --expect-shim, --out) and --compare."""
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--backend", default="nccl", help="c10d backend of the CUDA tensors: nccl or meshcomm")
-    ap.add_argument("--parallel", choices=["ddp", "fsdp2"], default="ddp")
     ap.add_argument("--expect-shim", action="store_true", help="fail unless libmeshcomm_nccl is mapped")
     ap.add_argument("--out", default="losses.json")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--max-time-ratio", type=float, default=0.0,
                     help="with --compare: fail when B's median step time exceeds this multiple of A's")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    add_run_arguments(ap)
+    ap.add_argument("--parallel", choices=["ddp", "fsdp2"], default="ddp")
     args = ap.parse_args()
     if args.compare:
         return compare(*args.compare, args.rtol, args.max_time_ratio)
