@@ -40,6 +40,9 @@ fi
 # where this python has torch (it brings numpy and packaging). Checked by torch.__version__: from the repository
 # root, `import torch` alone also finds meshcomm's own torch/ directory as a namespace package.
 if "$py" -c 'import torch; torch.__version__' 2>/dev/null && ! "$py" -c 'import megatron.core' 2>/dev/null; then
-  echo "install-deps: pip installing megatron-core for $py (torch is there)"
-  PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet megatron-core || echo "install-deps: megatron-core not installed (the Megatron check will SKIP)"
+  # --no-deps: megatron-core requires torch, and pip must never replace the torch that is there.
+  echo "install-deps: pip installing megatron-core (+ numpy, packaging) for $py (torch is there)"
+  { PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet --no-deps megatron-core &&
+    PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet numpy packaging; } ||
+    echo "install-deps: megatron-core not installed (the Megatron check will SKIP)"
 fi
