@@ -37,7 +37,7 @@ if [ ${#pyneed[@]} -gt 0 ]; then
   PIP_BREAK_SYSTEM_PACKAGES=1 "$py" -m pip install --quiet "${pyneed[@]}"
 fi
 # Optional, for scripts/torch-check.sh's Megatron step (bench/torch/megatron_losses.py): megatron-core, only
-# where this python has torch (it brings numpy and packaging). Checked by torch.__version__: from the repository
+# where this python has torch. Checked by torch.__version__: from the repository
 # root, `import torch` alone also finds meshcomm's own torch/ directory as a namespace package.
 if "$py" -c 'import torch; torch.__version__' 2>/dev/null && ! "$py" -c 'import megatron.core' 2>/dev/null; then
   # --no-deps: megatron-core requires torch, and pip must never replace the torch that is there.
