@@ -15,8 +15,9 @@ struct AllGatherPlan : RootedPlanBase {                                      // 
   __device__ ContigStream recv(const CommDeviceView&, int peer) const {
     return {output + static_cast<uint64_t>(peer) * bytes, bytes};
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    copyShare(output + static_cast<uint64_t>(v.rank) * bytes, input, bytes, part, nParts);
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
+    copyShare(output + static_cast<uint64_t>(v.rank) * bytes, input, bytes, part, nParts, tid, nt);
   }
 };
 

@@ -99,11 +99,13 @@ struct AllToAllPlan : PlanBase {
   __device__ uint64_t selfBytes(const CommDeviceView& v) const {
     return minU(counts.sendBytes(v.rank), counts.recvBytes(v.rank));
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
     const uint64_t sent = counts.sendBytes(v.rank), cap = counts.recvBytes(v.rank);
-    if (kHeader && sent != cap && part == 0 && threadIdx.x == 0)
+    if (kHeader && sent != cap && part == 0 && tid == 0)
       reportMismatch(selfSpinContext(v), v.rank, cap, sent);
-    copyShare(output + counts.recvOff(v.rank), input + counts.sendOff(v.rank), minU(sent, cap), part, nParts);
+    copyShare(output + counts.recvOff(v.rank), input + counts.sendOff(v.rank), minU(sent, cap), part, nParts,
+              tid, nt);
   }
 #endif
 };

@@ -17,8 +17,9 @@ struct BroadcastPlan : RootedPlanBase {
   __device__ ContigStream recv(const CommDeviceView&, int peer) const {
     return peer == root ? ContigStream{output, bytes} : ContigStream{};
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    if (v.rank == root) copyShare(output, input, bytes, part, nParts);
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
+    if (v.rank == root) copyShare(output, input, bytes, part, nParts, tid, nt);
   }
 };
 
@@ -54,8 +55,9 @@ struct BcastScatterPlan : RootedPlanBase {
     const Piece p = BcastPieces::of(bytes, v.nRanks, root, v.rank);
     return {output + p.off, p.len};
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    if (v.rank == root) copyShare(output, input, bytes, part, nParts);
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
+    if (v.rank == root) copyShare(output, input, bytes, part, nParts, tid, nt);
   }
 };
 
@@ -69,7 +71,7 @@ struct BcastForwardPlan : RootedPlanBase {
     const Piece p = BcastPieces::of(bytes, v.nRanks, root, peer);
     return {output + p.off, p.len};
   }
-  __device__ void selfCopy(const CommDeviceView&, uint32_t, uint32_t) const {}
+  __device__ void selfCopy(const CommDeviceView&, uint32_t, uint32_t, uint32_t, uint32_t) const {}
 };
 
 class BroadcastSag : public EngineAlgorithm {
@@ -115,8 +117,9 @@ struct BcastPipePlan : RootedPlanBase {
     const Piece p = BcastPieces::of(bytes, v.nRanks, root, peer == root ? v.rank : peer);
     return {output + p.off, p.len};
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    if (v.rank == root) copyShare(output, input, bytes, part, nParts);
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
+    if (v.rank == root) copyShare(output, input, bytes, part, nParts, tid, nt);
   }
   __device__ uint64_t roundBasis(const CommDeviceView& v, uint64_t) const {
     return BcastPieces::per(bytes, v.nRanks);

@@ -18,8 +18,10 @@ struct GatherPlan : RootedPlanBase {
     return v.rank == root ? ContigStream{output + static_cast<uint64_t>(peer) * bytes, bytes}
                           : ContigStream{};
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    if (v.rank == root) copyShare(output + static_cast<uint64_t>(root) * bytes, input, bytes, part, nParts);
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
+    if (v.rank == root)
+      copyShare(output + static_cast<uint64_t>(root) * bytes, input, bytes, part, nParts, tid, nt);
   }
 };
 

@@ -25,7 +25,8 @@ __global__ void __launch_bounds__(kLLThreads)
   }
   // Local chunk (skipped in place), spread over all blocks while the packets travel.
   copyShare(output + static_cast<uint64_t>(v.rank) * dstStride,
-            input + static_cast<uint64_t>(v.rank) * srcStride, bytes, blockIdx.x, gridDim.x);
+            input + static_cast<uint64_t>(v.rank) * srcStride, bytes, blockIdx.x, gridDim.x, threadIdx.x,
+            blockDim.x);
   if (role.peer < 0) return;
   __syncthreads();  // in place: this block's input share is read before its output share is written
   if (len) {

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kLLThreads)
     const PacketRange pr = llPacketRange(send.bytes, B, c);
     if (pr.pk0 < pr.pk1) putPacketsOf(send, out + kLLStreamHeaderPackets, pr.pk0, pr.pk1, flag);
   }
-  if (g.parts & kPartSelf) plan.selfCopy(v, blockIdx.x, gridDim.x);
+  if (g.parts & kPartSelf) plan.selfCopy(v, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
   if (peer < 0 || !(g.parts & kPartRecv)) return;
 
   const SpinContext ctx = device::channelRef(v, peer, 0).semaphore.spin;
@@ -158,8 +158,9 @@ struct ScratchPairs : Plan {
   __device__ bool active(const CommDeviceView& v, int p) const {
     return !((llPairs >> p) & 1u) && Plan::active(v, p);
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    if (selfHere) Plan::selfCopy(v, part, nParts);
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
+    if (selfHere) Plan::selfCopy(v, part, nParts, tid, nt);
   }
 };
 

@@ -15,8 +15,9 @@
 //      step s = 0, 1, ...:
 //               put:  await the credit of piece s (the peer has copied out the piece K before it on this
 //                     lane), piece s of my stream -> the peer's buffer, publish
-//               copy: await the peer's piece s-1, copy it out, release its buffer
+//               copy: await the peer's piece s-kCopyLag, copy it out, release its buffer
 //               one slice of the local copy (up to kSelfCopySlices slices of >= kSelfSliceBytes)
+//    (the publishes and releases are a publisher warp's, overlapping the next steps: see pairwiseKernel)
 //    T = ceil(bytes / roundBytes) per direction, with roundBytes computed identically on both sides, so both
 //    count the same pieces. A sender runs up to K pieces ahead of its receiver.
 #pragma once
@@ -35,6 +36,7 @@
 #include "meshcomm/device/comm_device.hpp"
 #include "meshcomm/device/copy.hpp"
 #include "meshcomm/device/device_error.hpp"
+#include "meshcomm/device/named_barrier.hpp"
 #include "meshcomm/device/packet.hpp"
 #include "meshcomm/errors.hpp"
 
@@ -274,14 +276,15 @@ MESHCOMM_DEVICE_INLINE void copyBytes(char* dst, const char* src, uint64_t bytes
   for (uint64_t i = nVec * 16 + tid; i < bytes; i += nt) dst[i] = src[i];
 }
 
-// Block `part` of `nParts` copies its 16-byte-aligned share of a local copy.
+// Threads [0, nt) of a block (this one is tid) copy part `part` of `nParts` (16-byte-aligned shares) of a
+// local copy.
 MESHCOMM_DEVICE_INLINE void copyShare(char* dst, const char* src, uint64_t bytes, uint32_t part,
-                                      uint32_t nParts) {
+                                      uint32_t nParts, uint32_t tid, uint32_t nt) {
   if (dst == src || bytes == 0) return;
   const uint64_t per = roundUp16(divUp(bytes, nParts));
   const uint64_t off = per * part;
   if (off >= bytes) return;
-  copyBytes(dst + off, src + off, minU(per, bytes - off), threadIdx.x, blockDim.x);
+  copyBytes(dst + off, src + off, minU(per, bytes - off), tid, nt);
 }
 
 // Records a count mismatch (fatal for the communicator, like a timeout: the host raises it).
@@ -293,18 +296,20 @@ MESHCOMM_DEVICE_INLINE void reportMismatch(SpinContext ctx, int peer, uint64_t e
 
 // ---- byte streams -----------------------------------------------------------------------------------------
 // What one rank sends to / receives from one peer: a contiguous range or (sendrecv) a list of segments.
-// toScratch/fromScratch copy the stream range [off, off+len) to/from a contiguous scratch piece with the
-// whole block.
+// toScratch/fromScratch copy the stream range [off, off+len) to/from a contiguous scratch piece with threads
+// [0, nt) of the block (this one is tid).
 struct ContigStream {
   char* ptr = nullptr;
   uint64_t bytes = 0;
 
 #if defined(__CUDACC__)
-  MESHCOMM_DEVICE_INLINE void toScratch(char* dst, uint64_t off, uint64_t len) const {
-    copyBytes(dst, ptr + off, len, threadIdx.x, blockDim.x);
+  MESHCOMM_DEVICE_INLINE void toScratch(char* dst, uint64_t off, uint64_t len, uint32_t tid,
+                                        uint32_t nt) const {
+    copyBytes(dst, ptr + off, len, tid, nt);
   }
-  MESHCOMM_DEVICE_INLINE void fromScratch(const char* src, uint64_t off, uint64_t len) const {
-    copyBytes(ptr + off, src, len, threadIdx.x, blockDim.x);
+  MESHCOMM_DEVICE_INLINE void fromScratch(const char* src, uint64_t off, uint64_t len, uint32_t tid,
+                                          uint32_t nt) const {
+    copyBytes(ptr + off, src, len, tid, nt);
   }
 #endif
 };
@@ -321,7 +326,8 @@ struct SegStream {
 
 #if defined(__CUDACC__)
   template <bool kToScratch>
-  MESHCOMM_DEVICE_INLINE void copyRange(char* scratch, uint64_t off, uint64_t len) const {
+  MESHCOMM_DEVICE_INLINE void copyRange(char* scratch, uint64_t off, uint64_t len, uint32_t tid,
+                                        uint32_t nt) const {
     const uint64_t end = off + len;
     uint64_t base = 0;
     for (int i = 0; i < n && base < end; ++i) {
@@ -331,18 +337,20 @@ struct SegStream {
         char* user = segs[i].ptr + (lo - base);
         char* piece = scratch + (lo - off);
         if (kToScratch)
-          copyBytes(piece, user, hi - lo, threadIdx.x, blockDim.x);
+          copyBytes(piece, user, hi - lo, tid, nt);
         else
-          copyBytes(user, piece, hi - lo, threadIdx.x, blockDim.x);
+          copyBytes(user, piece, hi - lo, tid, nt);
       }
       base = segEnd;
     }
   }
-  MESHCOMM_DEVICE_INLINE void toScratch(char* dst, uint64_t off, uint64_t len) const {
-    copyRange<true>(dst, off, len);
+  MESHCOMM_DEVICE_INLINE void toScratch(char* dst, uint64_t off, uint64_t len, uint32_t tid,
+                                        uint32_t nt) const {
+    copyRange<true>(dst, off, len, tid, nt);
   }
-  MESHCOMM_DEVICE_INLINE void fromScratch(const char* src, uint64_t off, uint64_t len) const {
-    copyRange<false>(const_cast<char*>(src), off, len);
+  MESHCOMM_DEVICE_INLINE void fromScratch(const char* src, uint64_t off, uint64_t len, uint32_t tid,
+                                          uint32_t nt) const {
+    copyRange<false>(const_cast<char*>(src), off, len, tid, nt);
   }
 #endif
 };
@@ -439,27 +447,42 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
 //   bool active(v, peer)             this pair exchanges in this call (both sides agree)
 //   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes = capacity expected from the peer)
 //   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
-//   void selfCopy(v, part, nParts)   part `part` of `nParts` of the local copy
+//   void selfCopy(v, part, nParts, tid, nt)   part `part` of `nParts` of the local copy, threads [0, nt)
 //   static constexpr bool kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
 //     uint64_t roundBasis(v, maxBytes)   bytes that size the rounds (equal on both sides of every pair)
 //     uint64_t linkGeneration()          read once per block at the start (a per-launch number)
 //     bool waitLinked(v, peer, c, t, gen, ctx)   thread 0, before the put of a non-empty piece t
-//     void publishLinked(v, peer, c, t, gen)     thread 0, after piece t was copied out (block synced)
+//     void publishLinked(v, peer, c, t, gen)     one thread, after piece t was copied out (barrier-acquired)
 //     void arriveLinked(gen)             every block, last thing (all threads; advances the generation)
 //   Linked blocks wait on blocks of the same grid: the grid must be co-resident (as for the engine).
 // Each direction of a pair is a stream of pieces through the receiver's engine buffers (EngineStreams:
 // persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, roundBytes
 // computed identically on both sides, so both count the same pieces.
-// Memory order: puts are weak stores; __syncthreads() then thread 0's release add to the receiver's data
-// counter publishes them; the receiver's thread 0 acquire spin then __syncthreads() makes them visible to
-// its block. Copy-out reads are retired by __syncthreads() then a release add to the sender's credit
-// counter, acquired by the sender before it reuses the buffer. A failed spin (timeout/abort) ends the
-// block's exchange (the communicator is then dead).
+//
+// The block is warp-specialised (as a chain lane, engine_streams.cuh), so that a piece's system-scope
+// release — which waits until the piece's stores reached the peer — overlaps the next steps' copies:
+//   compute warps (all but the last), step s: [s >= 2: sync FREE(s): the publisher finished step s-2]
+//     thread 0 acquires the credit of my piece s and the peer's piece s - kCopyLag and posts its verdict;
+//     sync COMPUTE; put my piece s, copy out the peer's piece s - kCopyLag, one slice of the local copy
+//     (weak loads and stores); arrive DONE(s) (CTA release of the step's accesses).
+//   publisher warp, step s: sync DONE(s) (acquire); lane 0 publishes piece s to the peer's data counter and
+//     returns the copied-out buffer through the peer's credit counter (system-scope releases, cumulative over
+//     the compute warps' accesses); arrive FREE(s).
+// The peer publishes its piece s - kCopyLag while this block computes step s - 1, so the acquire at step s
+// rarely waits. A sender runs at most K pieces ahead of its receiver: the credit of piece s needs the peer's
+// step s - K + kCopyLag, and that step needs nothing from this block past its step s - K (no cycle). A
+// failed spin (timeout/abort) is a 0 verdict: every warp leaves the exchange (the communicator is dead).
+constexpr uint64_t kCopyLag = 2;        // steps between a piece's put and its copy-out on the other side
+constexpr int kPairComputeBarrier = 1;  // named barrier ids (0 is __syncthreads'); DONE and FREE take two
+constexpr int kPairDoneBarrier = 2;
+constexpr int kPairFreeBarrier = 4;
+
 template <class Plan>
 __global__ void __launch_bounds__(kEngineThreads)
     pairwiseKernel(CommDeviceView v, EngineStreams es, PacketRegion hdr, PairEpochs ep,
                    const __grid_constant__ Plan plan) {
   __shared__ uint64_t sPeerBytes, sPeerSig;
+  __shared__ int verdict[2];  // compute thread 0's, per step parity: 1 = run the step, 0 = stop
   const BlockRole role = blockRole(v, es.blocksPerPeer);
   const bool active = role.peer >= 0 && plan.active(v, role.peer);
   const int B = es.blocksPerPeer;
@@ -480,7 +503,7 @@ __global__ void __launch_bounds__(kEngineThreads)
   uint64_t gen = 0;
   if constexpr (Plan::kLinked) gen = plan.linkGeneration();
   if (!active) {
-    for (uint32_t k = 0; k < slices; ++k) plan.selfCopy(v, selfPart + k, selfParts);
+    for (uint32_t k = 0; k < slices; ++k) plan.selfCopy(v, selfPart + k, selfParts, threadIdx.x, blockDim.x);
     if constexpr (Plan::kLinked) plan.arriveLinked(gen);
     return;
   }
@@ -495,9 +518,11 @@ __global__ void __launch_bounds__(kEngineThreads)
       sPeerBytes = bytes;
       sPeerSig = sig;
     }
-    ok = __syncthreads_and(ok);
+    ok = __syncthreads_and(ok);  // also: every thread has read its epoch word (advanced at the end)
   }
 
+  const int all = static_cast<int>(blockDim.x), computeThreads = all - 32;
+  const bool publisher = static_cast<int>(threadIdx.x) >= computeThreads;
   uint32_t selfDone = 0;
   if (ok) {
     const auto send = plan.send(v, peer);
@@ -516,48 +541,67 @@ __global__ void __launch_bounds__(kEngineThreads)
     uint64_t* sentWord = es.sent + static_cast<uint64_t>(peer) * kEngineLanes + c;
     uint64_t* consumedWord = es.consumed + static_cast<uint64_t>(peer) * kEngineLanes + c;
     const uint64_t sent0 = *sentWord, consumed0 = *consumedWord;  // written by earlier launches only
-    // Step s: put piece s of my stream, then copy out piece s-1 of the peer's (its counter update had a
-    // step to arrive), then one slice of the local copy.
-    const uint64_t steps = maxU(Ts, Tr + 1);
-    for (uint64_t s = 0; s < steps; ++s) {
-      if (s < Ts) {
-        const uint64_t g = sent0 + s;
-        const Piece p = roundPiece(send.bytes, s, roundBytes, B, c);
-        if (threadIdx.x == 0) {
-          ok = awaitCredit(es, v, peer, c, g, ctx) ? 1 : 0;
-          if constexpr (Plan::kLinked) {
-            if (ok && p.len) ok = plan.waitLinked(v, peer, c, s, gen, ctx) ? 1 : 0;
+    const uint64_t steps = Tr > 0 ? maxU(Ts, Tr + kCopyLag) : Ts;
+    // Step s copies out the peer's piece j = s - kCopyLag (when it exists).
+    auto copiesOut = [&](uint64_t s, uint64_t& j) {
+      j = s - kCopyLag;
+      return s >= kCopyLag && j < Tr;
+    };
+    if (publisher) {
+      for (uint64_t s = 0; s < steps; ++s) {
+        device::namedBarrierSync(kPairDoneBarrier + static_cast<int>(s % 2), all);
+        if (!verdict[s % 2]) break;
+        uint64_t j;
+        if (static_cast<int>(threadIdx.x) == computeThreads) {
+          if (s < Ts) publishPiece(es, v, peer, c);
+          if (copiesOut(s, j)) {
+            releasePiece(es, v, peer, c);
+            if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
           }
         }
-        if (!(ok = __syncthreads_and(ok))) break;
-        if (p.len) send.toScratch(es.buffer(v, peer, v.rank, c, g), p.off, p.len);
-        __syncthreads();
-        if (threadIdx.x == 0) publishPiece(es, v, peer, c);
+        if (s + 2 < steps) device::namedBarrierArrive(kPairFreeBarrier + static_cast<int>(s % 2), all);
       }
-      if (s >= 1 && s - 1 < Tr) {
-        const uint64_t j = s - 1, g = consumed0 + j;
-        if (threadIdx.x == 0) ok = awaitPiece(es, v, peer, c, g, ctx) ? 1 : 0;
-        if (!(ok = __syncthreads_and(ok))) break;
-        const Piece p = roundPiece(peerBytes, j, roundBytes, B, c);
-        const uint64_t len = p.off < recvLimit ? minU(p.len, recvLimit - p.off) : 0;
-        if (len) recv.fromScratch(es.buffer(v, v.rank, peer, c, g), p.off, len);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-          releasePiece(es, v, peer, c);
-          if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
+    } else {
+      const uint32_t tid = threadIdx.x, nt = static_cast<uint32_t>(computeThreads);
+      for (uint64_t s = 0; s < steps; ++s) {
+        if (s >= 2) device::namedBarrierSync(kPairFreeBarrier + static_cast<int>(s % 2), all);
+        const Piece put = s < Ts ? roundPiece(send.bytes, s, roundBytes, B, c) : Piece{0, 0};
+        uint64_t j;
+        const bool out = copiesOut(s, j);
+        if (tid == 0) {
+          bool good = s >= Ts || awaitCredit(es, v, peer, c, sent0 + s, ctx);
+          if constexpr (Plan::kLinked) {
+            if (good && put.len) good = plan.waitLinked(v, peer, c, s, gen, ctx);
+          }
+          if (good && out) good = awaitPiece(es, v, peer, c, consumed0 + j, ctx);
+          verdict[s % 2] = good ? 1 : 0;
         }
+        device::namedBarrierSync(kPairComputeBarrier, computeThreads);
+        ok = verdict[s % 2];
+        if (ok) {
+          if (put.len) send.toScratch(es.buffer(v, peer, v.rank, c, sent0 + s), put.off, put.len, tid, nt);
+          if (out) {
+            const Piece p = roundPiece(peerBytes, j, roundBytes, B, c);
+            const uint64_t len = p.off < recvLimit ? minU(p.len, recvLimit - p.off) : 0;
+            if (len) recv.fromScratch(es.buffer(v, v.rank, peer, c, consumed0 + j), p.off, len, tid, nt);
+          }
+          if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts, tid, nt);
+        }
+        device::namedBarrierArrive(kPairDoneBarrier + static_cast<int>(s % 2), all);
+        if (!ok) break;
       }
-      if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts);
-    }
-    if (ok && threadIdx.x == 0) {
-      *sentWord = sent0 + Ts;
-      *consumedWord = consumed0 + Tr;
+      if (ok && tid == 0) {
+        *sentWord = sent0 + Ts;
+        *consumedWord = consumed0 + Tr;
+      }
     }
   }
-  for (; selfDone < slices; ++selfDone) plan.selfCopy(v, selfPart + selfDone, selfParts);
+  if (!publisher) {
+    for (; selfDone < slices; ++selfDone)
+      plan.selfCopy(v, selfPart + selfDone, selfParts, threadIdx.x, static_cast<uint32_t>(computeThreads));
+  }
   if constexpr (Plan::kHeader) {
-    __syncthreads();  // the header read (thread 32) is done; only this block writes its own word
-    if (threadIdx.x == 0) ep.advance(peer, c, B, ep.load(peer, c));
+    if (threadIdx.x == 0) ep.advance(peer, c, B, epoch);  // only this block writes its own word
   }
   if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }

@@ -59,9 +59,12 @@ __global__ void __launch_bounds__(kLLThreads)
   }
   if (v.rank == root) {
     const uint64_t rootOff = static_cast<uint64_t>(root) * bytes;
-    if (mode == RootedMode::Broadcast) copyShare(output, input, bytes, blockIdx.x, gridDim.x);
-    if (mode == RootedMode::Gather) copyShare(output + rootOff, input, bytes, blockIdx.x, gridDim.x);
-    if (mode == RootedMode::Scatter) copyShare(output, input + rootOff, bytes, blockIdx.x, gridDim.x);
+    if (mode == RootedMode::Broadcast)
+      copyShare(output, input, bytes, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+    if (mode == RootedMode::Gather)
+      copyShare(output + rootOff, input, bytes, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
+    if (mode == RootedMode::Scatter)
+      copyShare(output, input + rootOff, bytes, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
   }
   if (!active) return;
   __syncthreads();

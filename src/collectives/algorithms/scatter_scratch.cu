@@ -17,8 +17,10 @@ struct ScatterPlan : RootedPlanBase {
   __device__ ContigStream recv(const CommDeviceView&, int peer) const {
     return peer == root ? ContigStream{output, bytes} : ContigStream{};
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
-    if (v.rank == root) copyShare(output, input + static_cast<uint64_t>(root) * bytes, bytes, part, nParts);
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
+    if (v.rank == root)
+      copyShare(output, input + static_cast<uint64_t>(root) * bytes, bytes, part, nParts, tid, nt);
   }
 };
 

@@ -60,10 +60,11 @@ struct SendRecvPlan : PlanBase {
   __device__ uint64_t selfBytes(const CommDeviceView& v) const {
     return minU(sendBytes[v.rank], recvBytes[v.rank]);
   }
-  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts) const {
+  __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
+                           uint32_t nt) const {
     const int r = v.rank;
     if (!active(v, r)) return;
-    if ((sendBytes[r] != recvBytes[r] || sendSigs[r] != recvSigs[r]) && part == 0 && threadIdx.x == 0) {
+    if ((sendBytes[r] != recvBytes[r] || sendSigs[r] != recvSigs[r]) && part == 0 && tid == 0) {
       reportMismatch(selfSpinContext(v), r, recvBytes[r], sendBytes[r]);
     }
     const uint64_t bytes = minU(sendBytes[r], recvBytes[r]);
@@ -75,7 +76,7 @@ struct SendRecvPlan : PlanBase {
     uint64_t sBase = 0;
     for (int i = 0; i < src.n && sBase < hi; ++i) {
       const uint64_t sLo = maxU(sBase, lo), sHi = minU(sBase + src.segs[i].bytes, hi);
-      if (sLo < sHi) dst.fromScratch(src.segs[i].ptr + (sLo - sBase), sLo, sHi - sLo);
+      if (sLo < sHi) dst.fromScratch(src.segs[i].ptr + (sLo - sBase), sLo, sHi - sLo, tid, nt);
       sBase += src.segs[i].bytes;
     }
   }
