@@ -50,6 +50,14 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"MESHCOMM_ALGO", EnvType::String, "",
        "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "
        "forced algorithm that cannot run a call is an error."},
+      {"MESHCOMM_TORCH_ASYNC_ERROR_HANDLING", EnvType::Int, "3",
+       "What the torch backend's watchdog does when a process group fails (an op past its timeout, a device "
+       "error): 0 record only (the next op or wait raises), 1 abort the group's Comm and terminate the "
+       "process, 2 abort the Comm (the next op or wait raises DistBackendError), 3 terminate the process "
+       "(torch's TORCH_NCCL_ASYNC_ERROR_HANDLING values and default)."},
+      {"MESHCOMM_TORCH_WATCHDOG_INTERVAL_MS", EnvType::Int, "100",
+       "Milliseconds between two checks of the torch backend's watchdog thread (one per process group); 0 "
+       "starts no watchdog."},
   };
   return registry;
 }

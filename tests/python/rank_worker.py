@@ -44,6 +44,12 @@ def gpu_native(rank, n, cache_dir):
     return gpu_checks.run_native(rank, n, cache_dir)
 
 
+def torch_watchdog(rank, n, case):
+    import watchdog_checks
+
+    return watchdog_checks.run(rank, n, case)
+
+
 SCENARIOS = {
     "bootstrap_uid": bootstrap_uid,
     "bootstrap_env": bootstrap_env,
@@ -51,6 +57,7 @@ SCENARIOS = {
     "gpu_single": gpu_single,
     "gpu_dlpack": gpu_dlpack,
     "gpu_native": gpu_native,
+    "torch_watchdog": torch_watchdog,
 }
 
 if __name__ == "__main__":

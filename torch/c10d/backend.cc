@@ -11,6 +11,7 @@
 #include <string>
 
 #include "checks.hpp"
+#include "meshcomm/env.hpp"
 
 namespace meshcomm::torch_backend {
 
@@ -43,7 +44,12 @@ MeshcommBackend::MeshcommBackend(const c10::intrusive_ptr<::c10d::Store>& store,
       options_(std::move(options)),
       internalStream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, state_->device.index())) {
   c10::cuda::CUDAGuard guard(state_->device);
+  const AsyncErrorHandling errorHandling =
+      asyncErrorHandlingFromEnv();  // a bad value fails before the bootstrap
+  const std::chrono::milliseconds watchdogInterval(
+      translateErrors([] { return envInt("MESHCOMM_TORCH_WATCHDOG_INTERVAL_MS"); }));
   state_->comm = createComm(store, rank, size, state_->device, *options_);
+  watchdog_ = std::make_unique<Watchdog>(state_, *state_->comm, errorHandling, watchdogInterval);
   init();
 }
 
@@ -73,6 +79,9 @@ void MeshcommBackend::eagerConnectSingleDevice(at::Device device) {
 }
 
 ::c10d::ErrorType MeshcommBackend::getError() {
+  if (state_->failed()) {
+    return state_->failureIsTimeout() ? ::c10d::ErrorType::TIMEOUT : ::c10d::ErrorType::COMM_ERROR;
+  }
   try {
     state_->checkDeviceError();
   } catch (const std::exception&) {
@@ -88,6 +97,7 @@ void MeshcommBackend::abort() {
 }
 
 void MeshcommBackend::shutdown() {
+  if (watchdog_) watchdog_->stop();  // it watches the Comm that is about to close
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (!state_->comm) return;
   c10::cuda::CUDAGuard guard(state_->device);
@@ -151,6 +161,7 @@ void MeshcommBackend::startCoalescing() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": startCoalescing: process group was shut down");
   TORCH_CHECK(!coalescing_, "meshcomm: rank ", getRank(), ": startCoalescing: a coalescing block is open");
+  state_->throwIfFailed("startCoalescing");
   coalescing_ = true;
   coalescedEnd_ = std::make_shared<WorkEnd>(internalStream_);
   coalescedOutputs_.clear();
@@ -172,7 +183,9 @@ c10::intrusive_ptr<::c10d::Work> MeshcommBackend::endCoalescing() {
   }
   end->record(*state_->events, capturing(internalStream_));
   const OpInfo op{::c10d::OpType::COALESCED, "coalesced", true, ::c10d::kUnsetTimeout};
-  return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), std::move(end), std::move(outputs));
+  const WorkSpec spec = workSpec(op);
+  watchdog_->track(end, spec);
+  return c10::make_intrusive<MeshcommWork>(state_, spec, std::move(end), std::move(outputs));
 }
 
 void MeshcommBackend::checkTensor(const char* op, const char* argument, const at::Tensor& t) const {
@@ -186,6 +199,7 @@ WorkSpec MeshcommBackend::workSpec(const OpInfo& op) const {
 
 c10::cuda::CUDAStream MeshcommBackend::beginOp(const OpInfo& op, const c10::cuda::CUDAStream& current) {
   TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": ", op.name, ": process group was shut down");
+  state_->throwIfFailed(op.name);
   if (!op.asyncOp && !coalescing_) return current;
   // The internal stream starts after everything the caller enqueued so far.
   std::shared_ptr<CUevent_st> ready = state_->events->acquire();
@@ -210,12 +224,14 @@ c10::intrusive_ptr<::c10d::Work> MeshcommBackend::finishOp(const OpInfo& op,
     return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), coalescedEnd_, outputs);
   }
   auto end = std::make_shared<WorkEnd>(stream);
+  const WorkSpec spec = workSpec(op);
   if (op.asyncOp) {
     end->record(*state_->events, capturing(stream));
+    watchdog_->track(end, spec);  // not in a capture (an event recorded there cannot be queried)
   } else {
     end->deferred = true;  // ran on the caller's current stream (beginOp): recorded if someone asks
   }
-  return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), std::move(end), std::move(outputs));
+  return c10::make_intrusive<MeshcommWork>(state_, spec, std::move(end), std::move(outputs));
 }
 
 }  // namespace meshcomm::torch_backend

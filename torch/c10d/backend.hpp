@@ -21,6 +21,7 @@
 #include "comm_state.hpp"
 #include "dtypes.hpp"
 #include "options.hpp"
+#include "watchdog.hpp"
 #include "work.hpp"
 
 namespace meshcomm::torch_backend {
@@ -103,6 +104,8 @@ class MeshcommBackend : public ::c10d::Backend {
                                                               const at::Tensor& inputSplits, bool asyncOp);
 
   const at::Device& device() const { return state_->device; }
+  // The failure the group's watchdog recorded, if any (docs/torch.md "Watchdog").
+  std::optional<std::string> failure() const { return state_->failure(); }
 
   // Runs f(Comm&) under the group's lock; throws after shutdown() (diagnostics: host_timing.cc).
   template <typename F>
@@ -154,6 +157,7 @@ class MeshcommBackend : public ::c10d::Backend {
 
   std::shared_ptr<CommState> state_;
   c10::intrusive_ptr<MeshcommOptions> options_;
+  std::unique_ptr<Watchdog> watchdog_;  // stopped by shutdown(), before the Comm closes
   c10::cuda::CUDAStream internalStream_;
   uint64_t seq_ = 0;
   uint64_t splitCount_ = 0;  // split() calls so far (collective over the parent: equal on every member)

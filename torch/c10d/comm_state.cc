@@ -40,6 +40,33 @@ void CommState::checkDeviceError() {
   translateErrors([&] { comm->checkError(); });
 }
 
+void CommState::recordFailure(const std::string& what, bool timedOut) {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  if (failed_.load(std::memory_order_relaxed)) return;  // the first failure is the one to report
+  failure_ = what;
+  failureTimedOut_ = timedOut;
+  failed_.store(true, std::memory_order_release);
+}
+
+bool CommState::failureIsTimeout() const {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return failureTimedOut_;
+}
+
+std::optional<std::string> CommState::failure() const {
+  if (!failed()) return std::nullopt;
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return failure_;
+}
+
+void CommState::throwIfFailed(const char* op) const {
+  if (!failed()) return;
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  C10_THROW_ERROR(DistBackendError,
+                  c10::str("meshcomm: rank ", rank, ": ", op,
+                           ": the process group failed earlier (found by its watchdog): ", failure_));
+}
+
 void rethrowAsDistBackendError(const std::exception& e) {
   C10_THROW_ERROR(DistBackendError, std::string("meshcomm: ") + e.what());
 }

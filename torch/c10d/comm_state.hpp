@@ -7,8 +7,10 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "event_pool.hpp"
@@ -34,6 +36,20 @@ struct CommState {
   // Throws c10::DistBackendError with the Comm's first device-side error (a timed-out wait, a dead peer).
   // Skips the check when another thread holds the mutex (it will see the error itself).
   void checkDeviceError();
+
+  // The group's failure, recorded by its watchdog (the first one only): every later op and wait raises it.
+  void recordFailure(const std::string& what, bool timedOut);
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  bool failureIsTimeout() const;
+  std::optional<std::string> failure() const;
+  // Throws c10::DistBackendError naming the rank and `op` when a failure was recorded.
+  void throwIfFailed(const char* op) const;
+
+ private:
+  std::atomic<bool> failed_{false};
+  mutable std::mutex failureMutex_;
+  std::string failure_;
+  bool failureTimedOut_ = false;
 };
 
 // Collective over the `size` ranks that share `store`: rank 0 creates a meshcomm UniqueId and publishes it

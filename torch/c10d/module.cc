@@ -2,9 +2,12 @@
 // options and the creator that meshcomm.torch registers with torch.distributed.Backend.register_backend
 // (extended API: c10d passes its DistributedBackendOptions and the group's pg_options).
 #include <pybind11/chrono.h>
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <chrono>
+#include <optional>
+#include <string>
 
 #include "backend.hpp"
 #include "host_timing.hpp"
@@ -73,6 +76,11 @@ void bindBackend(py::module_& m) {
       // new_group() calls this on non-members when the world group is device-bound (an NCCL split
       // protocol); a meshcomm group bootstraps among its members only, so there is nothing to do.
       .def("perform_nocolor_split", [](MeshcommBackend&, const py::object&) {})
+      // The group's state as its watchdog left it (docs/torch.md "Watchdog"): torch's ErrorType, and the
+      // recorded failure's text (None while the group is healthy).
+      .def("get_error", &MeshcommBackend::getError)
+      .def_property_readonly(
+          "failure", [](const MeshcommBackend& b) -> std::optional<std::string> { return b.failure(); })
       .def("_all_to_all_single_device_splits", &MeshcommBackend::allToAllSingleDeviceSplits,
            py::arg("output"), py::arg("input"), py::arg("output_split_sizes"), py::arg("input_split_sizes"),
            py::arg("async_op"), py::call_guard<py::gil_scoped_release>());

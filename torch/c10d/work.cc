@@ -109,6 +109,7 @@ void MeshcommWork::blockHost(std::chrono::milliseconds timeout) {
 }
 
 bool MeshcommWork::wait(std::chrono::milliseconds timeout) {
+  state_->throwIfFailed(spec_.name);  // the group's watchdog found a failure: its results are suspect
   streamWait();
   if (timeout != kNoTimeout) {
     blockHost(timeout);
@@ -121,6 +122,7 @@ bool MeshcommWork::wait(std::chrono::milliseconds timeout) {
 }
 
 void MeshcommWork::synchronize() {
+  state_->throwIfFailed(spec_.name);
   streamWait();
   blockHost(spec_.timeout);
 }

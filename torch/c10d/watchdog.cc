@@ -1,0 +1,147 @@
+// Watchdog (see watchdog.hpp).
+#include "watchdog.hpp"
+
+#include <c10/util/Exception.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "meshcomm/env.hpp"
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm::torch_backend {
+
+AsyncErrorHandling asyncErrorHandlingFromEnv() {
+  const int64_t v = translateErrors([] { return envInt("MESHCOMM_TORCH_ASYNC_ERROR_HANDLING"); });
+  TORCH_CHECK(v >= 0 && v <= 3, "meshcomm: MESHCOMM_TORCH_ASYNC_ERROR_HANDLING=", v,
+              " is not one of 0 (no handling), 1 (tear down), 2 (clean up only), 3 (skip clean up)");
+  return static_cast<AsyncErrorHandling>(v);
+}
+
+const char* asyncErrorHandlingName(AsyncErrorHandling mode) {
+  switch (mode) {
+    case AsyncErrorHandling::NoHandling:
+      return "no handling";
+    case AsyncErrorHandling::TearDown:
+      return "tear down";
+    case AsyncErrorHandling::CleanUpOnly:
+      return "clean up only";
+    case AsyncErrorHandling::SkipCleanUp:
+      return "skip clean up";
+  }
+  return "?";
+}
+
+Watchdog::Watchdog(std::shared_ptr<CommState> state, Comm& comm, AsyncErrorHandling mode,
+                   std::chrono::milliseconds interval)
+    : state_(std::move(state)), comm_(comm), mode_(mode), interval_(interval) {
+  if (interval_.count() > 0) thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  stop();
+}
+
+void Watchdog::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    tracked_.clear();
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watchdog::track(std::shared_ptr<WorkEnd> end, const WorkSpec& spec) {
+  if (!thread_.joinable() || spec.timeout.count() <= 0 || end->event == nullptr || end->captured) return;
+  const auto deadline = std::chrono::steady_clock::now() + spec.timeout;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!stop_) tracked_.push_back(Tracked{std::move(end), spec, deadline});
+}
+
+void Watchdog::run() {
+  if (cudaSetDevice(state_->device.index()) != cudaSuccess) {  // for cudaEventQuery
+    std::fprintf(stderr, "meshcomm: rank %d: watchdog: cannot select CUDA device %d; not watching\n",
+                 state_->rank, static_cast<int>(state_->device.index()));
+    return;
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stop_) {
+    if (wake_.wait_for(lock, interval_, [&] { return stop_; })) break;
+    lock.unlock();
+    const Failure failure = findFailure();
+    if (!failure.what.empty()) {
+      handle(failure);
+      return;  // the group is failed: nothing more to watch
+    }
+    lock.lock();
+  }
+}
+
+Watchdog::Failure Watchdog::findFailure() {
+  try {
+    comm_.checkError();  // reads the host-mapped device error report: safe beside the owner thread
+  } catch (const Error& e) {
+    return {e.what(), e.code() == ErrorCode::Timeout};
+  } catch (const std::exception& e) {
+    return {e.what(), false};
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < tracked_.size();) {
+    const Tracked& t = tracked_[i];
+    const cudaError_t err = cudaEventQuery(t.end->event.get());
+    if (err == cudaSuccess) {
+      tracked_[i] = std::move(tracked_.back());
+      tracked_.pop_back();
+      continue;
+    }
+    (void)cudaGetLastError();
+    if (err != cudaErrorNotReady) {
+      return {c10::str("rank ", state_->rank, ": ", t.spec.name, " #", t.spec.seq,
+                       ": cudaEventQuery: ", cudaGetErrorString(err)),
+              false};
+    }
+    if (now > t.deadline) {
+      return {c10::str("timeout: rank ", state_->rank, ": ", t.spec.name, " #", t.spec.seq,
+                       " did not complete within its timeout of ", t.spec.timeout.count(),
+                       " ms (a peer may be missing this op)"),
+              true};
+    }
+    ++i;
+  }
+  return {};
+}
+
+void Watchdog::handle(const Failure& failure) {
+  state_->recordFailure(failure.what, failure.timedOut);
+  const int mode = static_cast<int>(mode_);
+  const char* consequence = "";
+  switch (mode_) {
+    case AsyncErrorHandling::NoHandling:
+      consequence = "not handled; the group's next op or wait raises it";
+      break;
+    case AsyncErrorHandling::CleanUpOnly:
+      consequence = "aborting the group's Comm; its next op or wait raises DistBackendError";
+      break;
+    case AsyncErrorHandling::TearDown:
+      consequence =
+          "aborting the group's Comm and taking the process down so that no rank goes on with "
+          "inconsistent data (2 aborts the group and raises instead)";
+      break;
+    case AsyncErrorHandling::SkipCleanUp:
+      consequence =
+          "taking the process down so that no rank goes on with inconsistent data (2 aborts the "
+          "group and raises instead)";
+      break;
+  }
+  std::fprintf(stderr, "meshcomm: rank %d: watchdog: %s; MESHCOMM_TORCH_ASYNC_ERROR_HANDLING=%d (%s): %s\n",
+               state_->rank, failure.what.c_str(), mode, asyncErrorHandlingName(mode_), consequence);
+  std::fflush(stderr);
+  if (mode_ == AsyncErrorHandling::CleanUpOnly || mode_ == AsyncErrorHandling::TearDown) comm_.abort();
+  if (mode_ == AsyncErrorHandling::TearDown || mode_ == AsyncErrorHandling::SkipCleanUp) std::abort();
+}
+
+}  // namespace meshcomm::torch_backend
