@@ -162,66 +162,88 @@ struct ChainLinks {
 };
 
 #if defined(__CUDACC__)
-// Runs block c's lane of a chain over a message of `bytes` in rounds of `roundBytes` (its piece of round s
-// is roundPiece(bytes, s, roundBytes, B, c)). Warp-specialised, so that a piece's system-scope release (which
-// waits until the piece's stores reached the downstream GPU) overlaps the next pieces' work:
-//   compute warps (all but the last), piece s: [s >= 2: sync FREE(s): the publisher has taken piece s-2]
-//     thread 0 acquires the upstream piece and the downstream credit and posts its verdict; sync COMPUTE;
-//     step(piece, upstream buffer or null, downstream buffer or null, tid, nComputeThreads) (weak loads and
-//     stores); arrive DONE(s) (CTA release of the piece's accesses).
-//   publisher warp, piece s: sync DONE(s) (acquire); lane 0 publishes the piece downstream and frees the
-//     upstream buffer (system-scope releases, cumulative over the compute warps' accesses); arrive FREE(s).
-// DONE, FREE and the verdict alternate by piece parity, so the compute warps run at most two pieces ahead.
-// The lane's piece counters advance by the pieces of this call. A failed spin (timeout/abort) is a 0
-// verdict: every warp leaves the lane and the communicator is dead. Blocks of neighbouring ranks wait on
-// each other: the grid must be co-resident. Needs blockDim.x >= 64 (a multiple of 32).
-constexpr int kChainComputeBarrier = 1;  // named barrier ids (0 is __syncthreads'); DONE and FREE take two
-constexpr int kChainDoneBarrier = 2;
-constexpr int kChainFreeBarrier = 4;
+// ---- the published-step pipeline
+// --------------------------------------------------------------------------- The step loop of a chain lane
+// and of a pairwise-engine block. A piece's system-scope release waits until the piece's stores reached the
+// peer (~1-2 us), so the block is warp-specialised: a publisher warp (the last) does the releases while the
+// compute warps run up to two steps ahead:
+//   compute warps, step s: [s >= 2: sync FREE(s): the publisher finished step s-2]; thread 0 runs acquire(s)
+//     (acquire spins) and posts its verdict; sync COMPUTE; if the verdict holds, compute(s, tid, nt) with
+//     nt = publishedStepComputeThreads() (weak loads and stores); arrive DONE(s) (CTA release of them).
+//   publisher warp, step s: sync DONE(s) (acquire); if the verdict holds, its lane 0 runs publish(s)
+//     (system-scope releases, cumulative over the compute warps' accesses the barrier ordered); arrive
+//     FREE(s).
+// DONE, FREE and the verdict alternate by step parity. Returns, on every thread, true when all steps ran and
+// false after a 0 verdict (a failed spin: every warp leaves the loop; the communicator is dead). Every thread
+// of the block calls it; blockDim.x >= 64, a multiple of 32.
+constexpr int kStepComputeBarrier = 1;  // named barrier ids (0 is __syncthreads'); DONE and FREE take two
+constexpr int kStepDoneBarrier = 2;
+constexpr int kStepFreeBarrier = 4;
 
+MESHCOMM_DEVICE_INLINE uint32_t publishedStepComputeThreads() {
+  return blockDim.x - 32;
+}
+
+template <class Acquire, class Compute, class Publish>
+MESHCOMM_DEVICE_INLINE bool runPublishedSteps(uint64_t steps, Acquire&& acquire, Compute&& compute,
+                                              Publish&& publish) {
+  const int all = static_cast<int>(blockDim.x);
+  const uint32_t computeThreads = publishedStepComputeThreads();
+  __shared__ int verdict[2];            // compute thread 0's, per step parity: 1 = run the step, 0 = stop
+  if (threadIdx.x >= computeThreads) {  // the publisher warp
+    for (uint64_t s = 0; s < steps; ++s) {
+      device::namedBarrierSync(kStepDoneBarrier + static_cast<int>(s % 2), all);
+      if (!verdict[s % 2]) return false;
+      if (threadIdx.x == computeThreads) publish(s);
+      if (s + 2 < steps) device::namedBarrierArrive(kStepFreeBarrier + static_cast<int>(s % 2), all);
+    }
+    return true;
+  }
+  for (uint64_t s = 0; s < steps; ++s) {
+    if (s >= 2) device::namedBarrierSync(kStepFreeBarrier + static_cast<int>(s % 2), all);
+    if (threadIdx.x == 0) verdict[s % 2] = acquire(s) ? 1 : 0;
+    device::namedBarrierSync(kStepComputeBarrier, static_cast<int>(computeThreads));
+    const bool ok = verdict[s % 2] != 0;
+    if (ok) compute(s, static_cast<uint32_t>(threadIdx.x), computeThreads);
+    device::namedBarrierArrive(kStepDoneBarrier + static_cast<int>(s % 2), all);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// Runs block c's lane of a chain over a message of `bytes` in rounds of `roundBytes` (its piece of round s
+// is roundPiece(bytes, s, roundBytes, B, c)) as published steps: acquire the upstream piece and the
+// downstream credit; step(piece, upstream buffer or null, downstream buffer or null, tid, nThreads); publish
+// the piece downstream and free the upstream buffer. The lane's piece counters advance by the pieces of
+// this call. Blocks of neighbouring ranks wait on each other: the grid must be co-resident.
 template <class Step>
 MESHCOMM_DEVICE_INLINE void runChainLane(const EngineStreams& es, const CommDeviceView& v, ChainLinks l,
                                          uint64_t bytes, uint64_t roundBytes, const SpinContext& ctx,
                                          Step&& step) {
   const int c = blockIdx.x, B = gridDim.x;
-  const int all = static_cast<int>(blockDim.x), computeThreads = all - 32;
   const uint64_t T = divUp(bytes, roundBytes);
-  __shared__ int verdict[2];  // compute thread 0's, per piece parity: 1 = move the piece, 0 = stop
-  if (static_cast<int>(threadIdx.x) >= computeThreads) {  // the publisher warp
-    for (uint64_t s = 0; s < T; ++s) {
-      device::namedBarrierSync(kChainDoneBarrier + static_cast<int>(s % 2), all);
-      if (!verdict[s % 2]) return;
-      if (threadIdx.x == static_cast<unsigned>(computeThreads)) {
-        if (l.down >= 0) publishPiece(es, v, l.down, c);
-        if (l.up >= 0) releasePiece(es, v, l.up, c);
-      }
-      if (s + 2 < T) device::namedBarrierArrive(kChainFreeBarrier + static_cast<int>(s % 2), all);
-    }
-    return;
-  }
   uint64_t* consumedWord = l.up >= 0 ? es.consumed + static_cast<uint64_t>(l.up) * kEngineLanes + c : nullptr;
   uint64_t* sentWord = l.down >= 0 ? es.sent + static_cast<uint64_t>(l.down) * kEngineLanes + c : nullptr;
   const uint64_t in0 = consumedWord ? *consumedWord : 0;  // written by earlier launches only
   const uint64_t out0 = sentWord ? *sentWord : 0;
-  for (uint64_t s = 0; s < T; ++s) {
-    if (s >= 2) device::namedBarrierSync(kChainFreeBarrier + static_cast<int>(s % 2), all);
-    if (threadIdx.x == 0) {
-      bool ok = l.up < 0 || awaitPiece(es, v, l.up, c, in0 + s, ctx);
-      ok = ok && (l.down < 0 || awaitCredit(es, v, l.down, c, out0 + s, ctx));
-      verdict[s % 2] = ok ? 1 : 0;
-    }
-    device::namedBarrierSync(kChainComputeBarrier, computeThreads);
-    const bool ok = verdict[s % 2] != 0;
-    const Piece p = roundPiece(bytes, s, roundBytes, B, c);
-    if (ok && p.len > 0) {
-      step(p, l.up >= 0 ? es.buffer(v, v.rank, l.up, c, in0 + s) : nullptr,
-           l.down >= 0 ? es.buffer(v, l.down, v.rank, c, out0 + s) : nullptr, threadIdx.x,
-           static_cast<uint32_t>(computeThreads));
-    }
-    device::namedBarrierArrive(kChainDoneBarrier + static_cast<int>(s % 2), all);
-    if (!ok) return;
-  }
-  if (threadIdx.x == 0) {
+  const bool done = runPublishedSteps(
+      T,
+      [&](uint64_t s) {
+        const bool ok = l.up < 0 || awaitPiece(es, v, l.up, c, in0 + s, ctx);
+        return ok && (l.down < 0 || awaitCredit(es, v, l.down, c, out0 + s, ctx));
+      },
+      [&](uint64_t s, uint32_t tid, uint32_t nThreads) {
+        const Piece p = roundPiece(bytes, s, roundBytes, B, c);
+        if (p.len > 0) {
+          step(p, l.up >= 0 ? es.buffer(v, v.rank, l.up, c, in0 + s) : nullptr,
+               l.down >= 0 ? es.buffer(v, l.down, v.rank, c, out0 + s) : nullptr, tid, nThreads);
+        }
+      },
+      [&](uint64_t) {
+        if (l.down >= 0) publishPiece(es, v, l.down, c);
+        if (l.up >= 0) releasePiece(es, v, l.up, c);
+      });
+  if (done && threadIdx.x == 0) {
     if (consumedWord) *consumedWord = in0 + T;
     if (sentWord) *sentWord = out0 + T;
   }

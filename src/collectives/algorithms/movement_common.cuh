@@ -459,30 +459,22 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
 // persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, roundBytes
 // computed identically on both sides, so both count the same pieces.
 //
-// The block is warp-specialised (as a chain lane, engine_streams.cuh), so that a piece's system-scope
-// release — which waits until the piece's stores reached the peer — overlaps the next steps' copies:
-//   compute warps (all but the last), step s: [s >= 2: sync FREE(s): the publisher finished step s-2]
-//     thread 0 acquires the credit of my piece s and the peer's piece s - kCopyLag and posts its verdict;
-//     sync COMPUTE; put my piece s, copy out the peer's piece s - kCopyLag, one slice of the local copy
-//     (weak loads and stores); arrive DONE(s) (CTA release of the step's accesses).
-//   publisher warp, step s: sync DONE(s) (acquire); lane 0 publishes piece s to the peer's data counter and
-//     returns the copied-out buffer through the peer's credit counter (system-scope releases, cumulative over
-//     the compute warps' accesses); arrive FREE(s).
+// Steps run as published steps (runPublishedSteps, engine_streams.cuh: a publisher warp does the
+// system-scope releases while the compute warps run up to two steps ahead). Step s: thread 0 acquires the
+// credit of my piece s (and, linked, its link) and the peer's piece s - kCopyLag; the compute warps put my
+// piece s, copy out the peer's piece s - kCopyLag and one slice of the local copy; the publisher publishes
+// piece s to the peer's data counter and returns the copied-out buffer through the peer's credit counter.
 // The peer publishes its piece s - kCopyLag while this block computes step s - 1, so the acquire at step s
 // rarely waits. A sender runs at most K pieces ahead of its receiver: the credit of piece s needs the peer's
 // step s - K + kCopyLag, and that step needs nothing from this block past its step s - K (no cycle). A
-// failed spin (timeout/abort) is a 0 verdict: every warp leaves the exchange (the communicator is dead).
-constexpr uint64_t kCopyLag = 2;        // steps between a piece's put and its copy-out on the other side
-constexpr int kPairComputeBarrier = 1;  // named barrier ids (0 is __syncthreads'); DONE and FREE take two
-constexpr int kPairDoneBarrier = 2;
-constexpr int kPairFreeBarrier = 4;
+// failed spin (timeout/abort) ends the block's exchange (the communicator is dead).
+constexpr uint64_t kCopyLag = 2;  // steps between a piece's put and its copy-out on the other side
 
 template <class Plan>
 __global__ void __launch_bounds__(kEngineThreads)
     pairwiseKernel(CommDeviceView v, EngineStreams es, PacketRegion hdr, PairEpochs ep,
                    const __grid_constant__ Plan plan) {
   __shared__ uint64_t sPeerBytes, sPeerSig;
-  __shared__ int verdict[2];  // compute thread 0's, per step parity: 1 = run the step, 0 = stop
   const BlockRole role = blockRole(v, es.blocksPerPeer);
   const bool active = role.peer >= 0 && plan.active(v, role.peer);
   const int B = es.blocksPerPeer;
@@ -521,8 +513,7 @@ __global__ void __launch_bounds__(kEngineThreads)
     ok = __syncthreads_and(ok);  // also: every thread has read its epoch word (advanced at the end)
   }
 
-  const int all = static_cast<int>(blockDim.x), computeThreads = all - 32;
-  const bool publisher = static_cast<int>(threadIdx.x) >= computeThreads;
+  const uint32_t computeThreads = publishedStepComputeThreads();
   uint32_t selfDone = 0;
   if (ok) {
     const auto send = plan.send(v, peer);
@@ -547,58 +538,47 @@ __global__ void __launch_bounds__(kEngineThreads)
       j = s - kCopyLag;
       return s >= kCopyLag && j < Tr;
     };
-    if (publisher) {
-      for (uint64_t s = 0; s < steps; ++s) {
-        device::namedBarrierSync(kPairDoneBarrier + static_cast<int>(s % 2), all);
-        if (!verdict[s % 2]) break;
-        uint64_t j;
-        if (static_cast<int>(threadIdx.x) == computeThreads) {
-          if (s < Ts) publishPiece(es, v, peer, c);
-          if (copiesOut(s, j)) {
-            releasePiece(es, v, peer, c);
-            if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
-          }
-        }
-        if (s + 2 < steps) device::namedBarrierArrive(kPairFreeBarrier + static_cast<int>(s % 2), all);
-      }
-    } else {
-      const uint32_t tid = threadIdx.x, nt = static_cast<uint32_t>(computeThreads);
-      for (uint64_t s = 0; s < steps; ++s) {
-        if (s >= 2) device::namedBarrierSync(kPairFreeBarrier + static_cast<int>(s % 2), all);
-        const Piece put = s < Ts ? roundPiece(send.bytes, s, roundBytes, B, c) : Piece{0, 0};
-        uint64_t j;
-        const bool out = copiesOut(s, j);
-        if (tid == 0) {
+    auto putPiece = [&](uint64_t s) {
+      return s < Ts ? roundPiece(send.bytes, s, roundBytes, B, c) : Piece{0, 0};
+    };
+    const bool done = runPublishedSteps(
+        steps,
+        [&](uint64_t s) {
           bool good = s >= Ts || awaitCredit(es, v, peer, c, sent0 + s, ctx);
           if constexpr (Plan::kLinked) {
-            if (good && put.len) good = plan.waitLinked(v, peer, c, s, gen, ctx);
+            if (good && putPiece(s).len) good = plan.waitLinked(v, peer, c, s, gen, ctx);
           }
-          if (good && out) good = awaitPiece(es, v, peer, c, consumed0 + j, ctx);
-          verdict[s % 2] = good ? 1 : 0;
-        }
-        device::namedBarrierSync(kPairComputeBarrier, computeThreads);
-        ok = verdict[s % 2];
-        if (ok) {
+          uint64_t j;
+          if (good && copiesOut(s, j)) good = awaitPiece(es, v, peer, c, consumed0 + j, ctx);
+          return good;
+        },
+        [&](uint64_t s, uint32_t tid, uint32_t nt) {
+          const Piece put = putPiece(s);
           if (put.len) send.toScratch(es.buffer(v, peer, v.rank, c, sent0 + s), put.off, put.len, tid, nt);
-          if (out) {
+          uint64_t j;
+          if (copiesOut(s, j)) {
             const Piece p = roundPiece(peerBytes, j, roundBytes, B, c);
             const uint64_t len = p.off < recvLimit ? minU(p.len, recvLimit - p.off) : 0;
             if (len) recv.fromScratch(es.buffer(v, v.rank, peer, c, consumed0 + j), p.off, len, tid, nt);
           }
           if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts, tid, nt);
-        }
-        device::namedBarrierArrive(kPairDoneBarrier + static_cast<int>(s % 2), all);
-        if (!ok) break;
-      }
-      if (ok && tid == 0) {
-        *sentWord = sent0 + Ts;
-        *consumedWord = consumed0 + Tr;
-      }
+        },
+        [&](uint64_t s) {
+          if (s < Ts) publishPiece(es, v, peer, c);
+          uint64_t j;
+          if (copiesOut(s, j)) {
+            releasePiece(es, v, peer, c);
+            if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
+          }
+        });
+    if (done && threadIdx.x == 0) {
+      *sentWord = sent0 + Ts;
+      *consumedWord = consumed0 + Tr;
     }
   }
-  if (!publisher) {
+  if (threadIdx.x < computeThreads) {
     for (; selfDone < slices; ++selfDone)
-      plan.selfCopy(v, selfPart + selfDone, selfParts, threadIdx.x, static_cast<uint32_t>(computeThreads));
+      plan.selfCopy(v, selfPart + selfDone, selfParts, threadIdx.x, computeThreads);
   }
   if constexpr (Plan::kHeader) {
     if (threadIdx.x == 0) ep.advance(peer, c, B, epoch);  // only this block writes its own word
