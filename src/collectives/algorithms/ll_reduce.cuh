@@ -11,7 +11,8 @@
 // Packet region (reserved in initialize(), same offset in every rank's packet buffer):
 //   [half 2][area kAreas][slot nRanks][slotBytes]      slot r = packets written by rank r
 // area 0 = contributions to reduce (RS), area 1 (TwoShot) = reduced segments (AG). A pack (16 payload
-// bytes) travels as two LL16 packets at byte 32*j of the slot. The half is the epoch's parity.
+// bytes) travels as two LL16 packets, laid out by packPacketIndex (groups of 32 packs, so a warp's stores
+// are contiguous); a slot holds whole groups. The half is the epoch's parity.
 //
 // Why a half is free when a rank writes into it (epoch e, half e%2): the writer finished its call e-1, in
 // which it received at least one packet from every peer (every mode guarantees that: oneshot/RS send
@@ -157,7 +158,7 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
 // Packet bytes per slot for a call of `bytes` (see LLArgs::bytes).
 template <LLMode M>
 uint64_t llSlotBytesFor(int nRanks, uint64_t bytes) {
-  return Segments<kLLLayout<M>>(nRanks, bytes).maxPacks() * kPackPacketBytes;
+  return packRegionBytes(Segments<kLLLayout<M>>(nRanks, bytes).maxPacks());
 }
 
 // The Algorithm of one LL mode. `maxBytes`: the largest LLArgs::bytes it is built for; `budgetFraction`:
@@ -179,7 +180,7 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
         static_cast<uint64_t>(static_cast<double>(packetBytes_) * budgetFraction_) /
         (2ull * kLLAreas<M> * nRanks_);
     slotBytes_ = std::min<uint64_t>(llSlotBytesFor<M>(nRanks_, maxBytes_),
-                                    perSlotBudget / kPackPacketBytes * kPackPacketBytes);
+                                    perSlotBudget / kPackGroupBytes * kPackGroupBytes);
     if (slotBytes_ > 0) {
       regionOffset_ = resources.reservePacketRegion(2ull * kLLAreas<M> * nRanks_ * slotBytes_);
     }

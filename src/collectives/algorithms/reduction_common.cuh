@@ -110,12 +110,14 @@ MESHCOMM_DEVICE_INLINE void finishLLEpoch(uint64_t* words, const LLEpoch& e) {
 
 // ---- LL16 packs -------------------------------------------------------------------------------------------
 
-// One pack = two LL16 packets (payload bytes [16j, 16j+16) in packets 2j, 2j+1), 32 bytes of buffer.
-constexpr uint64_t kPackPacketBytes = 2 * sizeof(LL16Packet);
+// Pack layout in packet slots: packPacketIndex (reduction_common.hpp).
+static_assert(kPackPacketBytes == 2 * sizeof(LL16Packet));
 
+// Writes pack `pack` into the packet array (relaxed volatile stores; the flag in each 8-byte half makes
+// each packet self-validating, so the reader needs no fence).
 MESHCOMM_DEVICE_INLINE void writePackLL(LL16Packet* packets, uint64_t pack, const uint4& v, uint32_t flag) {
-  packets[2 * pack].write(v.x, v.y, flag);
-  packets[2 * pack + 1].write(v.z, v.w, flag);
+  packets[packPacketIndex(pack, 0)].write(v.x, v.y, flag);
+  packets[packPacketIndex(pack, 1)].write(v.z, v.w, flag);
 }
 
 // One poll of gatherPacksLL: reads every still-missing packet once (all loads issued together, so the
@@ -132,14 +134,14 @@ struct GatherPacksPoll {
   MESHCOMM_DEVICE_INLINE bool operator()(uint64_t& seen) {
 #pragma unroll
     for (int r = 0; r < kMaxRanks; ++r) {
-      const LL16Packet* p = base + r * slotPackets + 2 * pack;
+      const LL16Packet* row = base + r * slotPackets;
       uint32_t a, b;
-      if ((pending & (1u << (2 * r))) && p[0].tryRead(flag, a, b)) {
+      if ((pending & (1u << (2 * r))) && row[packPacketIndex(pack, 0)].tryRead(flag, a, b)) {
         vals[r].x = a;
         vals[r].y = b;
         pending &= ~(1u << (2 * r));
       }
-      if ((pending & (2u << (2 * r))) && p[1].tryRead(flag, a, b)) {
+      if ((pending & (2u << (2 * r))) && row[packPacketIndex(pack, 1)].tryRead(flag, a, b)) {
         vals[r].z = a;
         vals[r].w = b;
         pending &= ~(2u << (2 * r));

@@ -101,6 +101,24 @@ struct BlockRange {
   }
 };
 
+// One pack = two LL16 packets, 32 bytes of buffer. Packs are grouped by 32 (a warp's worth of consecutive
+// packs): the first halves (payload bytes [16j, 16j+8)) of a group's packs are 32 consecutive packets, then
+// their second halves. A warp whose lanes hold consecutive packs thus writes (and polls) two contiguous
+// 512-byte runs instead of every other 16 bytes of 1 KiB twice: full 128-byte lines over NVLink.
+constexpr uint64_t kPackPacketBytes = 32;  // two 16-byte LL16 packets
+constexpr uint64_t kPackGroup = 32;
+constexpr uint64_t kPackGroupBytes = kPackGroup * kPackPacketBytes;
+
+// Packet index of half `h` (0, 1) of pack `pack`.
+MESHCOMM_HOST_DEVICE_INLINE uint64_t packPacketIndex(uint64_t pack, uint32_t h) {
+  return 2 * kPackGroup * (pack / kPackGroup) + kPackGroup * h + pack % kPackGroup;
+}
+
+// Packet bytes that hold packs [0, packs): whole groups.
+MESHCOMM_HOST_DEVICE_INLINE uint64_t packRegionBytes(uint64_t packs) {
+  return (packs + kPackGroup - 1) / kPackGroup * kPackGroupBytes;
+}
+
 // Resolved launch shape: requested values where given (non-zero), else defaults; threads a multiple of
 // 32 in [32, kMaxThreads] (>= n-1, as signalAllPeers needs), blocks in [1, maxBlocks].
 LaunchConfig resolveConfig(const LaunchConfig& requested, const LaunchConfig& defaults, int maxBlocks);
