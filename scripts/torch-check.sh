@@ -17,7 +17,9 @@
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
 # the first of python3, /opt/torch/.venv/bin/python that imports torch), BUILD_DIR (default REPO/build-torch),
 # JOBS, PREBUILT=1 (use BUILD_DIR as it is), NPROC (ranks; default: all GPUs), STEP_TIME_RATIO (the step
-# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TORCH_CHECKS (a subset of
+# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TRAIN_RUNS (DDP/FSDP2
+# runs per stack, alternated; the ratio compares the medians of the runs' median step times; default 3),
+# TORCH_CHECKS (a subset of
 # "c10d package examples train megatron moe overhead" to run after the build, so the checks fit several
 # shorter calls).
 set -u -o pipefail
@@ -99,12 +101,19 @@ done
 : >"$OUT/train.log"
 for par in ddp fsdp2; do
   want train || break
-  for be in nccl meshcomm; do
-    run_step "$OUT/train.log" timeout 240 "${TORCHRUN[@]}" "$REPO/bench/torch/train_losses.py" \
-      --parallel "$par" --backend "$be" --out "$TMP/$par-$be.json"
+  # TRAIN_RUNS runs per stack, alternated (nccl, meshcomm, nccl, ...): the step time of each side is the median
+  # of its runs' medians, so one slow process on either side does not decide the ratio.
+  files_nccl="" files_meshcomm=""
+  for ((run = 1; run <= ${TRAIN_RUNS:-3}; ++run)); do
+    for be in nccl meshcomm; do
+      run_step "$OUT/train.log" timeout 240 "${TORCHRUN[@]}" "$REPO/bench/torch/train_losses.py" \
+        --parallel "$par" --backend "$be" --out "$TMP/$par-$be-$run.json"
+      if [[ $be == nccl ]]; then files_nccl+="${files_nccl:+,}$TMP/$par-$be-$run.json"
+      else files_meshcomm+="${files_meshcomm:+,}$TMP/$par-$be-$run.json"; fi
+    done
   done
-  run_step "$OUT/train.log" "$PY" "$REPO/bench/torch/train_losses.py" --compare "$TMP/$par-nccl.json" \
-    "$TMP/$par-meshcomm.json" --rtol 1e-3 --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
+  run_step "$OUT/train.log" "$PY" "$REPO/bench/torch/train_losses.py" --compare "$files_nccl" \
+    "$files_meshcomm" --rtol 1e-3 --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
   record "$par-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$OUT/train.log" | tail -1)"
 done
 

@@ -8,6 +8,7 @@ rank 0 writes the per-step losses and step times as JSON. Run it once per commun
     LD_PRELOAD=build/libmeshcomm_nccl.so torchrun --nproc_per_node 4 bench/torch/train_losses.py \\
         --backend nccl --expect-shim --out shim.json
     python3 bench/torch/train_losses.py --compare nccl.json meshcomm.json --rtol 1e-3 [--max-time-ratio 1.0]
+    # repeated runs (alternate the stacks): --compare nccl1.json,nccl2.json,nccl3.json m1.json,m2.json,m3.json
 
 --parallel fsdp2 shards every encoder layer and the root with torch.distributed.fsdp.fully_shard (all-gather
 of parameters, reduce-scatter of gradients) instead of DDP (bucketed allreduces). The model is deterministic
@@ -122,18 +123,39 @@ def train(args):
     dist.destroy_process_group()
 
 
-def compare(a_path, b_path, rtol, max_time_ratio):
-    """0 when b's losses are within rtol of a's (and, with max_time_ratio, b's step time <= ratio * a's)."""
-    a, b = json.load(open(a_path)), json.load(open(b_path))
-    if len(a["losses"]) != len(b["losses"]):
-        print(f"different step counts: {len(a['losses'])} vs {len(b['losses'])}")
-        return 1
-    worst = max(abs(x - y) / max(abs(x), 1e-12) for x, y in zip(a["losses"], b["losses"]))
-    ratio = b["median_step_s"] / a["median_step_s"]
-    la, lb = a.get("label", a_path), b.get("label", b_path)
-    print(f"{len(a['losses'])} steps: max relative loss difference {worst:.3e} (limit {rtol:g}); "
-          f"median step {a['median_step_s'] * 1e3:.2f} ms ({la}) vs {b['median_step_s'] * 1e3:.2f} ms ({lb}), "
-          f"ratio {ratio:.3f}" + (f" (limit {max_time_ratio:g})" if max_time_ratio else ""))
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
+
+
+def compare(a_spec, b_spec, rtol, max_time_ratio):
+    """0 when b's losses are within rtol of a's (and, with max_time_ratio, b's step time <= ratio * a's).
+
+    a_spec and b_spec are result files, or comma-separated lists of them (repeated runs, e.g. alternated
+    A, B, A, B, ...): every run's losses must be within rtol of a's first run, and the step time of a side is
+    the median of its runs' median step times (the step of this small model is host-bound and moves by
+    +-10% between processes, on either stack)."""
+    runs_a = [json.load(open(p)) for p in a_spec.split(",")]
+    runs_b = [json.load(open(p)) for p in b_spec.split(",")]
+    ref = runs_a[0]["losses"]
+    worst = 0.0
+    for r in runs_a[1:] + runs_b:
+        if len(r["losses"]) != len(ref):
+            print(f"different step counts: {len(ref)} vs {len(r['losses'])}")
+            return 1
+        worst = max([worst] + [abs(x - y) / max(abs(x), 1e-12) for x, y in zip(ref, r["losses"])])
+    ta = median([r["median_step_s"] for r in runs_a])
+    tb = median([r["median_step_s"] for r in runs_b])
+    ratio = tb / ta
+    la, lb = runs_a[0].get("label", a_spec), runs_b[0].get("label", b_spec)
+    each = ""
+    if len(runs_a) > 1 or len(runs_b) > 1:
+        fmt = lambda rs: "/".join(f"{r['median_step_s'] * 1e3:.2f}" for r in rs)  # noqa: E731
+        each = f" [runs: {fmt(runs_a)} vs {fmt(runs_b)} ms; median of {len(runs_a)} and {len(runs_b)} runs]"
+    print(f"{len(ref)} steps: max relative loss difference {worst:.3e} (limit {rtol:g}); "
+          f"median step {ta * 1e3:.2f} ms ({la}) vs {tb * 1e3:.2f} ms ({lb}), "
+          f"ratio {ratio:.3f}" + (f" (limit {max_time_ratio:g})" if max_time_ratio else "") + each)
     ok = worst <= rtol and (not max_time_ratio or ratio <= max_time_ratio)
     return 0 if ok else 1
 
@@ -144,7 +166,8 @@ def add_run_arguments(ap):
     ap.add_argument("--backend", default="nccl", help="c10d backend of the CUDA tensors: nccl or meshcomm")
     ap.add_argument("--expect-shim", action="store_true", help="fail unless libmeshcomm_nccl is mapped")
     ap.add_argument("--out", default="losses.json")
-    ap.add_argument("--compare", nargs=2, metavar=("A", "B"))
+    ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
+                    help="compare result files (or comma-separated lists of repeated runs' files)")
     ap.add_argument("--rtol", type=float, default=1e-3)
     ap.add_argument("--max-time-ratio", type=float, default=0.0,
                     help="with --compare: fail when B's median step time exceeds this multiple of A's")
