@@ -17,8 +17,8 @@
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
 # the first of python3, /opt/torch/.venv/bin/python that imports torch), BUILD_DIR (default REPO/build-torch),
 # JOBS, PREBUILT=1 (use BUILD_DIR as it is), NPROC (ranks; default: all GPUs), STEP_TIME_RATIO (the step
-# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TRAIN_RUNS (DDP/FSDP2
-# runs per stack, alternated; the ratio compares the medians of the runs' median step times; default 3),
+# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TRAIN_RUNS (DDP/FSDP2/
+# Megatron runs per stack, alternated; the ratio compares the medians of the runs' median step times; default 3),
 # TORCH_CHECKS (a subset of
 # "c10d package examples train megatron moe overhead" to run after the build, so the checks fit several
 # shorter calls).
@@ -98,23 +98,29 @@ for example in c10d_backend algorithm_execute native_algorithm; do
 done
 
 # ---- DDP and FSDP2: losses and step time, NCCL vs meshcomm ---------------------------------------------
+# compare_stacks LOG NAME SCRIPT [ARGS...]: TRAIN_RUNS runs of SCRIPT per stack, alternated (nccl, meshcomm,
+# nccl, ...), then SCRIPT --compare: losses within 1e-3 of NCCL's first run; the step time of each side is the
+# median of its runs' medians, so one slow process on either side does not decide the ratio.
+compare_stacks() {
+  local log=$1 name=$2 script=$3
+  shift 3
+  local files_nccl="" files_meshcomm="" run be
+  for ((run = 1; run <= ${TRAIN_RUNS:-3}; ++run)); do
+    for be in nccl meshcomm; do
+      run_step "$log" timeout 300 "${TORCHRUN[@]}" "$script" "$@" --backend "$be" --out "$TMP/$name-$be-$run.json"
+      if [[ $be == nccl ]]; then files_nccl+="${files_nccl:+,}$TMP/$name-$be-$run.json"
+      else files_meshcomm+="${files_meshcomm:+,}$TMP/$name-$be-$run.json"; fi
+    done
+  done
+  run_step "$log" "$PY" "$script" --compare "$files_nccl" "$files_meshcomm" --rtol 1e-3 \
+    --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
+  record "$name-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$log" | tail -1)"
+}
+
 : >"$OUT/train.log"
 for par in ddp fsdp2; do
   want train || break
-  # TRAIN_RUNS runs per stack, alternated (nccl, meshcomm, nccl, ...): the step time of each side is the median
-  # of its runs' medians, so one slow process on either side does not decide the ratio.
-  files_nccl="" files_meshcomm=""
-  for ((run = 1; run <= ${TRAIN_RUNS:-3}; ++run)); do
-    for be in nccl meshcomm; do
-      run_step "$OUT/train.log" timeout 240 "${TORCHRUN[@]}" "$REPO/bench/torch/train_losses.py" \
-        --parallel "$par" --backend "$be" --out "$TMP/$par-$be-$run.json"
-      if [[ $be == nccl ]]; then files_nccl+="${files_nccl:+,}$TMP/$par-$be-$run.json"
-      else files_meshcomm+="${files_meshcomm:+,}$TMP/$par-$be-$run.json"; fi
-    done
-  done
-  run_step "$OUT/train.log" "$PY" "$REPO/bench/torch/train_losses.py" --compare "$files_nccl" \
-    "$files_meshcomm" --rtol 1e-3 --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
-  record "$par-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$OUT/train.log" | tail -1)"
+  compare_stacks "$OUT/train.log" "$par" "$REPO/bench/torch/train_losses.py" --parallel "$par"
 done
 
 # ---- Megatron-core tensor + sequence parallelism: losses and step time, NCCL vs meshcomm ---------------
@@ -126,14 +132,7 @@ if want megatron; then
     NOTE=$(grep -Eo 'megatron.core does not import.*' "$OUT/megatron.log" | tail -1 | cut -c1-160)
     record megatron-vs-nccl "$(result_of "$RC")" "$SECS" "${NOTE:-megatron_losses.py --probe failed: megatron.log}"
   else
-    for be in nccl meshcomm; do
-      run_step "$OUT/megatron.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/megatron_losses.py" \
-        --backend "$be" --out "$TMP/megatron-$be.json"
-    done
-    run_step "$OUT/megatron.log" "$PY" "$REPO/bench/torch/megatron_losses.py" --compare "$TMP/megatron-nccl.json" \
-      "$TMP/megatron-meshcomm.json" --rtol 1e-3 --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
-    record megatron-vs-nccl "$(result_of "$RC")" "$SECS" \
-      "$(grep -Eo '[0-9]+ steps: .*' "$OUT/megatron.log" | tail -1)"
+    compare_stacks "$OUT/megatron.log" megatron "$REPO/bench/torch/megatron_losses.py"
   fi
 fi
 
