@@ -5,16 +5,20 @@
 // packet region cannot hold a call (larger worlds) declines it and the next matching rule applies.
 // alltoallv and sendrecv rules cannot bound the size (each rank sees its own): sendrecv_ll and alltoallv_ll
 // choose LL or the pairwise engine per pair inside one algorithm (ll_stream.hpp); alltoallv_ll declines
-// device-side counts, which then go to alltoallv_scratch. allreduce one-shot up to 256 KiB: with the LL pack
-// layout of session 9 (coalesced packet stores) it runs 256 KiB on 4x H200 in 11.0-11.9 us, two-shot in
-// 13.5-13.8 (meshcomm-tune, session 9).
+// device-side counts, which then go to alltoallv_scratch. allreduce one-shot up to 256 KiB on 2 and 4 ranks:
+// with the LL pack layout of session 9 (coalesced packet stores) it runs 256 KiB on 4x H200 in 11.0-11.9 us,
+// two-shot in 13.5-13.8 (meshcomm-tune, session 9); on 2 ranks both move the same bytes over the one link
+// and one-shot saves a hop. Larger worlds keep two-shot above 128 KiB: one-shot's traffic per rank grows
+// with n - 1 (not measured beyond 4 GPUs).
 #include "collectives/default_table.hpp"
 
 namespace meshcomm {
 
 const char* defaultSelectionTable() {
   return R"json({"rules": [
-  {"collective": "allreduce", "max_bytes": 262144, "algorithm": "allreduce_oneshot_ll"},
+  {"collective": "allreduce", "max_bytes": 131072, "algorithm": "allreduce_oneshot_ll"},
+  {"collective": "allreduce", "max_bytes": 262144, "world_size": 2, "algorithm": "allreduce_oneshot_ll"},
+  {"collective": "allreduce", "max_bytes": 262144, "world_size": 4, "algorithm": "allreduce_oneshot_ll"},
   {"collective": "allreduce", "max_bytes": 524288, "algorithm": "allreduce_twoshot_ll"},
   {"collective": "allreduce", "min_bytes": 524289, "max_bytes": 16777216, "algorithm": "allreduce_zerocopy"},
   {"collective": "allreduce", "algorithm": "allreduce_rsag"},

@@ -198,6 +198,25 @@ TEST(SelectorJson, DefaultTableParses) {
   for (const auto& r : s.rules()) EXPECT_FALSE(r.algorithm.empty());
 }
 
+// The built-in allreduce crossovers (names only: fake algorithms that accept every size): one-shot LL up to
+// 128 KiB, up to 256 KiB on 2 and 4 ranks, two-shot LL up to 512 KiB, then rsag (zero-copy, listed before it,
+// is not registered here).
+TEST(SelectorSelect, DefaultTableAllReduceCrossovers) {
+  AlgorithmCollection algs;
+  for (const char* name : {"allreduce_oneshot_ll", "allreduce_twoshot_ll", "allreduce_rsag"})
+    algs.add(std::make_shared<FakeAlgorithm>(name, Collective::AllReduce));
+  const Selector s = Selector::fromJson(defaultSelectionTable());
+  auto pick = [&](size_t bytes, int n) {
+    return s.select(allReduceArgs(bytes / 4), topo(n), algs).algorithm->name();
+  };
+  for (int n : {2, 4, 8}) {
+    EXPECT_EQ(pick(128 << 10, n), "allreduce_oneshot_ll") << n;
+    EXPECT_EQ(pick(256 << 10, n), n == 8 ? "allreduce_twoshot_ll" : "allreduce_oneshot_ll") << n;
+    EXPECT_EQ(pick(512 << 10, n), "allreduce_twoshot_ll") << n;
+    EXPECT_EQ(pick(1 << 20, n), "allreduce_rsag") << n;
+  }
+}
+
 TEST(SelectorSelect, FirstMatchingRuleBySize) {
   const AlgorithmCollection algs = threeAllReduces();
   const Selector s = Selector::fromJson(R"({"rules": [
