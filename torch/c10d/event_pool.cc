@@ -6,6 +6,12 @@
 
 namespace meshcomm::torch_backend {
 
+cudaError_t queryEvent(cudaEvent_t event) {
+  const cudaError_t err = cudaEventQuery(event);
+  if (err == cudaErrorNotReady) (void)cudaGetLastError();
+  return err;
+}
+
 std::shared_ptr<EventPool> EventPool::create(int device) {
   return std::shared_ptr<EventPool>(new EventPool(device));
 }

@@ -11,6 +11,10 @@
 
 namespace meshcomm::torch_backend {
 
+// cudaEventQuery with cudaErrorNotReady cleared from this thread's last-error state (a pending op is not an
+// error); any other error is returned and left to the caller.
+cudaError_t queryEvent(cudaEvent_t event);
+
 class EventPool : public std::enable_shared_from_this<EventPool> {
  public:
   static std::shared_ptr<EventPool> create(int device);

@@ -92,14 +92,14 @@ Watchdog::Failure Watchdog::findFailure() {
   std::lock_guard<std::mutex> lock(mutex_);
   for (size_t i = 0; i < tracked_.size();) {
     const Tracked& t = tracked_[i];
-    const cudaError_t err = cudaEventQuery(t.end->event.get());
+    const cudaError_t err = queryEvent(t.end->event.get());
     if (err == cudaSuccess) {
       tracked_[i] = std::move(tracked_.back());
       tracked_.pop_back();
       continue;
     }
-    (void)cudaGetLastError();
     if (err != cudaErrorNotReady) {
+      (void)cudaGetLastError();
       return {c10::str("rank ", state_->rank, ": ", t.spec.name, " #", t.spec.seq,
                        ": cudaEventQuery: ", cudaGetErrorString(err)),
               false};

@@ -46,12 +46,9 @@ void MeshcommWork::requireRecorded() {
 }
 
 bool MeshcommWork::eventDone() {
-  const cudaError_t err = cudaEventQuery(end_->event.get());
+  const cudaError_t err = queryEvent(end_->event.get());
   if (err == cudaSuccess) return true;
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();
-    return false;
-  }
+  if (err == cudaErrorNotReady) return false;
   C10_CUDA_CHECK(err);
   return false;
 }
