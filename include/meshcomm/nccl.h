@@ -137,7 +137,7 @@ typedef struct ncclSimInfo_v22200 {
 #define NCCL_CTA_POLICY_DEFAULT 0x00
 #define NCCL_CTA_POLICY_EFFICIENCY 0x01
 #define NCCL_CTA_POLICY_ZERO 0x02
-/* ncclCommShrink / ncclCommRevoke flags (both answer ncclInvalidUsage). */
+/* ncclCommShrink / ncclCommRevoke flags (ncclCommRevoke answers ncclInvalidUsage). */
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00

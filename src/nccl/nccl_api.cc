@@ -53,6 +53,7 @@ struct ncclComm {
   std::string lastError;
   std::vector<PreMulSumOp> ops;  // ncclRedOp_t ncclNumOps + i
   bool inGroup = false;          // this thread's open group has point-to-point operations on this comm
+  bool aborted = false;          // ncclCommShrink(NCCL_SHRINK_ABORT): destroyed as by ncclCommAbort
 };
 
 // An NCCL window: one Comm::registerBuffer registration of its communicator.
@@ -231,6 +232,30 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
   return r != ncclSuccess ? r : g;
 }
 
+// The shared end of ncclCommSplit and ncclCommShrink: the parent ranks `members` (in new-rank order, the
+// caller among them) form a new communicator. Its rank 0 creates the unique id and hands it to the others
+// over the parent's bootstrap, point to point: parent ranks outside `members` take no part (they may be
+// gone).
+ncclComm* joinSubComm(ncclComm* comm, const std::vector<int>& members) {
+  meshcomm::Bootstrap& boot = comm->comm->communicator().bootstrap();
+  const int newRank =
+      static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
+  const int n = static_cast<int>(members.size());
+  UniqueId id;
+  if (newRank == 0) {
+    id = TcpBootstrap::createUniqueId(n);
+    for (int i = 1; i < n; ++i) boot.send(id.bytes.data(), id.bytes.size(), members[i], kSplitTag);
+  } else {
+    boot.recv(id.bytes.data(), id.bytes.size(), members[0], kSplitTag);
+  }
+  auto c = std::make_unique<ncclComm>();
+  ncclUniqueId nid;
+  std::memcpy(nid.internal, id.bytes.data(), NCCL_UNIQUE_ID_BYTES);
+  meshcomm::CudaDeviceGuard guard(comm->device);
+  initComm(c.get(), n, nid, newRank, comm->device);
+  return c.release();
+}
+
 ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm, ncclConfig_t* config) {
   const char* fn = "ncclCommSplit";
   SHIM_REQUIRE(comm != nullptr && comm->comm != nullptr, nullptr, fn, "comm is NULL or not initialized");
@@ -252,22 +277,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
     for (int r = 0; r < comm->nRanks; ++r)
       if (all[r].color == color) members.push_back(r);
     std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
-    const int newRank =
-        static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
-    const int n = static_cast<int>(members.size());
-    UniqueId id;
-    if (newRank == 0) {
-      id = TcpBootstrap::createUniqueId(n);
-      for (int i = 1; i < n; ++i) boot.send(id.bytes.data(), id.bytes.size(), members[i], kSplitTag);
-    } else {
-      boot.recv(id.bytes.data(), id.bytes.size(), members[0], kSplitTag);
-    }
-    auto c = std::make_unique<ncclComm>();
-    ncclUniqueId nid;
-    std::memcpy(nid.internal, id.bytes.data(), NCCL_UNIQUE_ID_BYTES);
-    meshcomm::CudaDeviceGuard guard(comm->device);
-    initComm(c.get(), n, nid, newRank, comm->device);
-    *newcomm = c.release();
+    *newcomm = joinSubComm(comm, members);
     return ncclSuccess;
   });
 }
@@ -295,7 +305,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
         MESHCOMM_LOG(WARN, "rank ", owned->rank,
                      ": ncclCommDestroy: cudaDeviceSynchronize: ", cudaGetErrorString(err));
       // Local ranks of the same job are torn down together (one thread may destroy all of them in turn).
-      shim::destroyWithLocalPeers(owned->jobKey, owned->localRanks, std::move(owned->comm), false);
+      shim::destroyWithLocalPeers(owned->jobKey, owned->localRanks, std::move(owned->comm), owned->aborted);
     }
     return ncclSuccess;
   });
@@ -599,8 +609,42 @@ ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myran
     return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
   return SHIM_UNSUPPORTED("ncclCommInitRankScalable with more than one id", nullptr);
 }
-ncclResult_t ncclCommShrink(ncclComm_t comm, int*, int, ncclComm_t*, ncclConfig_t*, int) {
-  return SHIM_UNSUPPORTED("ncclCommShrink", comm);
+// Every rank of the parent not in excludeRanksList calls it (the excluded ones do not: they may be gone); the
+// survivors keep their parent order. NCCL_SHRINK_ABORT first makes the parent's device waits give up (kernels
+// stuck on a failed rank finish) and marks the parent aborted, so destroying it later skips the teardown
+// agreement with ranks that may not answer.
+ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                            ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  const char* fn = "ncclCommShrink";
+  SHIM_REQUIRE(comm != nullptr && comm->comm != nullptr, nullptr, fn, "comm is NULL or not initialized");
+  SHIM_REQUIRE(newcomm != nullptr, comm, fn, "newcomm is NULL");
+  SHIM_REQUIRE(excludeRanksCount >= 0 && (excludeRanksCount == 0 || excludeRanksList != nullptr), comm, fn,
+               "excludeRanksList is NULL or excludeRanksCount ", excludeRanksCount, " < 0");
+  SHIM_REQUIRE(shrinkFlags == NCCL_SHRINK_DEFAULT || shrinkFlags == NCCL_SHRINK_ABORT, comm, fn,
+               "shrinkFlags ", shrinkFlags, " is neither NCCL_SHRINK_DEFAULT nor NCCL_SHRINK_ABORT");
+  const std::string problem = shim::configProblem(config);
+  SHIM_REQUIRE(problem.empty(), comm, fn, problem);
+  std::vector<char> excluded(comm->nRanks, 0);
+  for (int i = 0; i < excludeRanksCount; ++i) {
+    const int r = excludeRanksList[i];
+    SHIM_REQUIRE(r >= 0 && r < comm->nRanks, comm, fn, "excludeRanksList[", i, "] = ", r,
+                 " is not a rank of ", comm->nRanks);
+    SHIM_REQUIRE(!excluded[r], comm, fn, "excludeRanksList names rank ", r, " twice");
+    SHIM_REQUIRE(r != comm->rank, comm, fn, "excludeRanksList names the calling rank ", r,
+                 " (excluded ranks do not call ncclCommShrink)");
+    excluded[r] = 1;
+  }
+  return guarded(fn, comm, [&] {
+    if (shrinkFlags == NCCL_SHRINK_ABORT) {
+      comm->comm->communicator().abortDeviceWaits();
+      comm->aborted = true;
+    }
+    std::vector<int> members;
+    for (int r = 0; r < comm->nRanks; ++r)
+      if (!excluded[r]) members.push_back(r);
+    *newcomm = joinSubComm(comm, members);
+    return ncclSuccess;
+  });
 }
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
   return SHIM_UNSUPPORTED("ncclCommRevoke", comm);

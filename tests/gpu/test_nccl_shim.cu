@@ -269,6 +269,85 @@ TEST_F(NcclShim, SplitByParityThenAbort) {
   NCCL_OK(ncclCommDestroy(c));
 }
 
+// ncclCommShrink without the last rank: argument errors first (no communication), then the survivors shrink
+// and allreduce on the new communicator (sum over the survivors only); every parent rank, the excluded one
+// too, destroys the parent normally (NCCL_SHRINK_DEFAULT keeps the parent healthy).
+TEST_F(NcclShim, ShrinkWithoutTheLastRank) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int n = worldSize(), me = rank(), gone = n - 1;
+  ncclComm_t c = initAll();
+  ASSERT_NE(c, nullptr);
+  ncclComm_t sub = nullptr;
+  int self = me, outside = n;
+  EXPECT_EQ(ncclCommShrink(c, &self, 1, &sub, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(c)).find("the calling rank"), std::string::npos)
+      << ncclGetLastError(c);
+  EXPECT_EQ(ncclCommShrink(c, &outside, 1, &sub, nullptr, NCCL_SHRINK_DEFAULT), ncclInvalidArgument);
+  EXPECT_NE(std::string(ncclGetLastError(c)).find("is not a rank of"), std::string::npos)
+      << ncclGetLastError(c);
+  EXPECT_EQ(ncclCommShrink(c, nullptr, 0, &sub, nullptr, 7), ncclInvalidArgument);
+  EXPECT_EQ(sub, nullptr);
+
+  if (me != gone) {
+    int excluded = gone;
+    NCCL_OK(ncclCommShrink(c, &excluded, 1, &sub, nullptr, NCCL_SHRINK_DEFAULT));
+    ASSERT_NE(sub, nullptr);
+    int subCount = 0, subRank = -1;
+    NCCL_OK(ncclCommCount(sub, &subCount));
+    NCCL_OK(ncclCommUserRank(sub, &subRank));
+    EXPECT_EQ(subCount, n - 1);
+    EXPECT_EQ(subRank, me);  // survivors keep their parent order
+    const size_t N = 3001;
+    float* buf = deviceFloats(N);
+    const uint64_t seed = testSeed();
+    upload(buf, input(seed, me, N));
+    NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, sub, stream()));
+    std::vector<float> want(N, 0.f);
+    for (int q = 0; q < n - 1; ++q)
+      for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
+    std::string first;
+    EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
+    NCCL_OK(ncclCommDestroy(sub));
+  }
+  NCCL_OK(ncclCommDestroy(c));
+}
+
+// NCCL_SHRINK_ABORT as error recovery: the last rank stops taking part (it never joins the survivors'
+// allreduce on the parent, which therefore cannot finish); the survivors shrink with NCCL_SHRINK_ABORT, which
+// releases the stuck kernel, run the allreduce on the new communicator, and destroy the parent without
+// waiting for the missing rank (ncclCommDestroy of a parent shrunk with abort skips the teardown agreement).
+TEST_F(NcclShim, ShrinkAbortRecoversFromAMissingRank) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int n = worldSize(), me = rank(), gone = n - 1;
+  ncclComm_t c = initAll();
+  ASSERT_NE(c, nullptr);
+  const size_t N = 2053;
+  float* buf = deviceFloats(N);
+  const uint64_t seed = testSeed();
+  upload(buf, input(seed, me, N));
+  if (me == gone) {
+    NCCL_OK(ncclCommAbort(c));  // leaves without the agreement: as a rank that failed
+    return;
+  }
+  float* stuck = deviceFloats(N);
+  NCCL_OK(ncclAllReduce(stuck, stuck, N, ncclFloat32, ncclSum, c, stream()));  // rank `gone` never joins
+  ncclComm_t sub = nullptr;
+  int excluded = gone;
+  NCCL_OK(ncclCommShrink(c, &excluded, 1, &sub, nullptr, NCCL_SHRINK_ABORT));
+  ASSERT_NE(sub, nullptr);
+  NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, sub, stream()));
+  std::vector<float> want(N, 0.f);
+  for (int q = 0; q < n - 1; ++q)
+    for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
+  std::string first;
+  EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
+  NCCL_OK(ncclCommDestroy(sub));
+  const auto t0 = std::chrono::steady_clock::now();
+  NCCL_OK(ncclCommDestroy(c));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "destroying an aborted parent waited for the missing rank";
+}
+
 // ncclCommInitAll over every GPU of this machine, in rank 0's process only (the other ranks have nothing to
 // do): collectives and a send/recv ring in one group from one thread, then one thread per GPU, then every
 // communicator destroyed in turn by this thread (which must not wait for the ones not yet destroyed).
