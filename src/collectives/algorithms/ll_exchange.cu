@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kLLThreads)
                        threadIdx.x, blockDim.x, device::channelRef(v, role.peer, 0).semaphore.spin);
   }
   __syncthreads();  // every packet read of this block is done before the epoch moves on
-  if (threadIdx.x == 0) ep.advance(role.peer, role.c, blocksPerPeer, epoch);
+  ep.advance(role.peer, role.c, blocksPerPeer, epoch, threadIdx.x, blockDim.x);
 }
 
 void LLExchangeAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,

@@ -7,10 +7,11 @@
 //   send part: block c == 0 writes the header {bytes I send to p, signature} as 2 packets at the start of
 //              p's region, slot [rank], half (pair epoch & 1); every block writes its share of my send
 //              stream for p as LL16 packets after the header (packet k = stream bytes [8k, 8k+8)).
-//   recv part: thread 0 reads p's header from my region, slot [p] (every block: each needs p's byte count);
-//              block c == 0 reports a mismatch (expected = my receive bytes, observed = p's); every block
-//              unpacks its share of min(mine, p's) bytes into my receive stream; then the pair epoch
-//              advances (PairEpochs, as the LL exchange).
+//   recv part: every block unpacks its share of the stream it expects (my receive bytes) as the packets
+//              arrive, without waiting for p's header; a packet that p's header (its byte count) shows p
+//              never writes is skipped. Meanwhile the last thread of block c == 0 reads the header and
+//              reports a mismatch (expected = my receive bytes, observed = p's); then the pair epoch
+//              advances (PairEpochs, as the LL exchange: every thread writes its share of the words).
 // The header guarantees >= 1 packet each way per LL pair and call (the half-reuse argument of PairEpochs).
 #include <memory>
 
@@ -60,37 +61,80 @@ __device__ void putPacketsOf(const ContigStream& s, LL16Packet* dst, uint64_t pk
   device::putPackets(dst + pk0, s.ptr + off, minU(s.bytes, pk1 * kPk) - off, flag, threadIdx.x, blockDim.x);
 }
 
-// Unpacks packets [pk0, pk1) from src[k] into the stream, writing stream bytes below `limit` only; each
-// thread spins on its own packets (acquire by flag: each packet is one 16-byte volatile load that sees
-// payload and flag together), weak stores. False when a spin failed (timeout or abort, recorded via ctx).
-__device__ bool getPacketsOf(const SegStream& s, const LL16Packet* src, uint64_t limit, uint64_t pk0,
-                             uint64_t pk1, uint32_t flag, const SpinContext& ctx) {
+// Waits for packet k of a stream (true: payload in v1, v2) or for the stream's header to show that the
+// stream ends at or before byte 8k (false: the sender writes no packet k). Acquire by flag: each poll is one
+// 16-byte volatile load of the packet (payload and flag together), then, while it is not there, one of
+// header packet 0 (the sender's byte count). `failed` is set when the spin failed (timeout or abort,
+// recorded via ctx).
+__device__ bool awaitStreamPacket(const LL16Packet* packets, const LL16Packet* header, uint64_t k,
+                                  uint32_t flag, const SpinContext& ctx, uint32_t& v1, uint32_t& v2,
+                                  bool& failed) {
+  bool arrived = false;
+  failed = !device::spinUntil(
+      [&](uint64_t& seen) {
+        if (packets[k].tryRead(flag, v1, v2)) return arrived = true;
+        uint32_t lo, hi;
+        const bool ended =
+            header[0].tryRead(flag, lo, hi) && ((static_cast<uint64_t>(hi) << 32) | lo) <= k * kPk;
+        seen = v1;
+        return ended;
+      },
+      ctx, DeviceOp::PacketRead, flag);
+  return arrived && !failed;
+}
+
+// Unpacks the packets [k0, k0 + divUp(bytes, 8)) of a stream into dst (bytes [8k0, 8k0 + bytes) of the
+// stream), each packet as soon as it arrives, skipping those the header shows the sender never writes
+// (awaitStreamPacket: same memory order); weak stores. Thread tid of nt. False when a spin failed.
+__device__ bool getStreamPackets(char* dst, const LL16Packet* packets, const LL16Packet* header, uint64_t k0,
+                                 uint64_t bytes, uint32_t flag, const SpinContext& ctx) {
+  auto* d = reinterpret_cast<unsigned char*>(dst);
+  const bool aligned8 = (reinterpret_cast<uintptr_t>(d) & 7) == 0;
+  const bool aligned4 = (reinterpret_cast<uintptr_t>(d) & 3) == 0;
+  const uint64_t n = divUp(bytes, kPk);
+  for (uint64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    uint32_t v1 = 0, v2 = 0;
+    bool failed = false;
+    if (!awaitStreamPacket(packets, header, k0 + j, flag, ctx, v1, v2, failed)) {
+      if (failed) return false;
+      continue;  // past the sender's stream (a count mismatch, reported by block 0)
+    }
+    if (aligned8 && (j + 1) * kPk <= bytes) {
+      reinterpret_cast<uint2*>(d)[j] = make_uint2(v1, v2);
+    } else {
+      device::detail::storePayloadWord(d, bytes, 2 * j, v1, aligned4);
+      device::detail::storePayloadWord(d, bytes, 2 * j + 1, v2, aligned4);
+    }
+  }
+  return true;
+}
+
+// Receives packets [pk0, pk1) of the stream into its bytes below `limit` (getStreamPackets per segment; a
+// packet that a segment end cuts is awaited and scattered by one thread). False when a spin failed.
+__device__ bool getPacketsOf(const SegStream& s, const LL16Packet* packets, const LL16Packet* header,
+                             uint64_t limit, uint64_t pk0, uint64_t pk1, uint32_t flag,
+                             const SpinContext& ctx) {
   return walkPackets(
       s.segs, s.n, limit, pk0, pk1,
       [&](int i, uint64_t lo, uint64_t kLo, uint64_t kHi) {
-        return device::getPackets(s.segs[i].ptr + (kLo * kPk - lo), src + kLo, (kHi - kLo) * kPk, flag,
-                                  threadIdx.x, blockDim.x, ctx);
+        return getStreamPackets(s.segs[i].ptr + (kLo * kPk - lo), packets, header, kLo, (kHi - kLo) * kPk,
+                                flag, ctx);
       },
       [&](int i, uint64_t lo, uint64_t k) {
         if (threadIdx.x != static_cast<uint32_t>(i) % blockDim.x) return true;
         uint32_t v1 = 0, v2 = 0;
-        const bool ok = device::spinUntil(
-            [&](uint64_t& seen) {
-              const bool r = src[k].tryRead(flag, v1, v2);
-              seen = v1;
-              return r;
-            },
-            ctx, DeviceOp::PacketRead, flag);
-        if (ok) scatterPacket(s.segs, s.n, i, lo, k, limit, v1, v2);
-        return ok;
+        bool failed = false;
+        if (awaitStreamPacket(packets, header, k, flag, ctx, v1, v2, failed))
+          scatterPacket(s.segs, s.n, i, lo, k, limit, v1, v2);
+        return !failed;
       });
 }
-// Contiguous stream: device::getPackets over the range (same memory order).
-__device__ bool getPacketsOf(const ContigStream& s, const LL16Packet* src, uint64_t limit, uint64_t pk0,
-                             uint64_t pk1, uint32_t flag, const SpinContext& ctx) {
+// Contiguous stream: one getStreamPackets over the range.
+__device__ bool getPacketsOf(const ContigStream& s, const LL16Packet* packets, const LL16Packet* header,
+                             uint64_t limit, uint64_t pk0, uint64_t pk1, uint32_t flag,
+                             const SpinContext& ctx) {
   const uint64_t off = pk0 * kPk;
-  return device::getPackets(s.ptr + off, src + pk0, minU(limit, pk1 * kPk) - off, flag, threadIdx.x,
-                            blockDim.x, ctx);
+  return getStreamPackets(s.ptr + off, packets, header, pk0, minU(limit, pk1 * kPk) - off, flag, ctx);
 }
 
 // One launch of the LL part of a call (parts: send, self copy, receive; see the top of this file).
@@ -100,10 +144,8 @@ __device__ bool getPacketsOf(const ContigStream& s, const LL16Packet* src, uint6
 // the block still advances its epoch (the communicator is dead then: the error is fatal).
 template <class Plan>
 __global__ void __launch_bounds__(kLLThreads)
-    llStreamKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, LLStreamGrid g,
+    llStreamKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, const __grid_constant__ LLStreamGrid g,
                    const __grid_constant__ Plan plan) {
-  __shared__ uint64_t sPeerBytes, sPeerSig;
-  __shared__ int sOk;
   const int B = g.blocksPerPeer;
   const int b = static_cast<int>(blockIdx.x);
   const int peer = b < g.nPeers * B ? g.peers[b / B] : -1;
@@ -126,27 +168,24 @@ __global__ void __launch_bounds__(kLLThreads)
   if (peer < 0 || !(g.parts & kPartRecv)) return;
 
   const SpinContext ctx = device::channelRef(v, peer, 0).semaphore.spin;
-  const auto* in = reinterpret_cast<const LL16Packet*>(r.inbox(v, peer, epoch & 1));
-  if (threadIdx.x == 0) {
-    uint64_t bytes = 0, sig = 0;
-    sOk = readHeader(reinterpret_cast<const char*>(in), flag, ctx, bytes, sig) ? 1 : 0;
-    sPeerBytes = bytes;
-    sPeerSig = sig;
-  }
-  __syncthreads();
-  if (sOk) {
-    const auto recv = plan.recv(v, peer);
-    const uint64_t peerBytes = sPeerBytes;
-    if (c == 0 && threadIdx.x == 0 && (peerBytes != recv.bytes || sPeerSig != plan.recvSig(peer)))
+  const auto* header = reinterpret_cast<const LL16Packet*>(r.inbox(v, peer, epoch & 1));
+  const auto recv = plan.recv(v, peer);
+  // The header (count check; >= 1 packet of p's call read per call): the block's last thread reads it
+  // while the others wait for their packets (at small sizes it has none), both packets in one poll.
+  if (c == 0 && threadIdx.x == blockDim.x - 1) {
+    uint64_t peerBytes = 0, peerSig = 0;
+    if (readHeader(reinterpret_cast<const char*>(header), flag, ctx, peerBytes, peerSig) &&
+        (peerBytes != recv.bytes || peerSig != plan.recvSig(peer)))
       reportMismatch(ctx, peer, recv.bytes, peerBytes);
-    // Never past my receive buffers; <= the LL capacity, since this pair is LL: recv.bytes <= capacity.
-    const uint64_t limit = minU(peerBytes, recv.bytes);
-    const PacketRange pr = llPacketRange(limit, B, c);
-    // A false return (timeout / abort) is recorded; the block just finishes.
-    if (pr.pk0 < pr.pk1) getPacketsOf(recv, in + kLLStreamHeaderPackets, limit, pr.pk0, pr.pk1, flag, ctx);
   }
+  // My share of the stream I expect (my receive bytes; never past my buffers, <= the LL capacity since this
+  // pair is LL), without waiting for p's header first: packets p does not send are skipped once its
+  // header shows its count. A false return (timeout / abort) is recorded; the block just finishes.
+  const PacketRange pr = llPacketRange(recv.bytes, B, c);
+  if (pr.pk0 < pr.pk1)
+    getPacketsOf(recv, header + kLLStreamHeaderPackets, header, recv.bytes, pr.pk0, pr.pk1, flag, ctx);
   __syncthreads();  // every packet read of this block is done before the epoch moves on
-  if (threadIdx.x == 0) ep.advance(peer, c, B, epoch);
+  ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);
 }
 
 // pairwiseKernel's view of a split call: the plan restricted to the pairs the LL kernels do not run.

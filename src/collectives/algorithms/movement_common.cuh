@@ -70,8 +70,16 @@ struct PairEpochs {
   MESHCOMM_DEVICE_INLINE uint64_t load(int peer, int c) const {
     return words[static_cast<uint64_t>(peer) * stride + c];
   }
-  MESHCOMM_DEVICE_INLINE void advance(int peer, int c, int blocksPerPeer, uint64_t epoch) const {
-    for (int j = c; j < stride; j += blocksPerPeer)
+  // Every thread of block (peer, c) calls it once, after the block's last packet read (a __syncthreads()
+  // between them): thread t writes words c + (t + k*nt)*blocksPerPeer, so the stride/blocksPerPeer stores
+  // (64 at one block per peer) go out in parallel instead of one after another at the end of the kernel.
+  // Plain stores, read by the next launch only (kernel boundary); word c (read by this block at its start)
+  // is written by thread 0.
+  MESHCOMM_DEVICE_INLINE void advance(int peer, int c, int blocksPerPeer, uint64_t epoch, uint32_t tid,
+                                      uint32_t nt) const {
+    const uint64_t step = static_cast<uint64_t>(nt) * blocksPerPeer;
+    for (uint64_t j = c + static_cast<uint64_t>(tid) * blocksPerPeer; j < static_cast<uint64_t>(stride);
+         j += step)
       words[static_cast<uint64_t>(peer) * stride + j] = epoch + 1;
   }
 #endif
@@ -426,17 +434,16 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
                                        uint64_t& bytes, uint64_t& sig) {
   const auto* p = reinterpret_cast<const LL16Packet*>(inbox);
   uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    bool ok = device::spinUntil(
-        [&](uint64_t& seen) {
-          bool r = p[k].tryRead(flag, w[2 * k], w[2 * k + 1]);
-          seen = w[2 * k];
-          return r;
-        },
-        ctx, DeviceOp::PacketRead, flag);
-    if (!ok) return false;
-  }
+  // Both packets in each poll: one load round trip, not two in a row, once they are there.
+  const bool ok = device::spinUntil(
+      [&](uint64_t& seen) {
+        const bool first = p[0].tryRead(flag, w[0], w[1]);
+        const bool second = p[1].tryRead(flag, w[2], w[3]);
+        seen = w[0];
+        return first && second;
+      },
+      ctx, DeviceOp::PacketRead, flag);
+  if (!ok) return false;
   bytes = static_cast<uint64_t>(w[0]) | (static_cast<uint64_t>(w[1]) << 32);
   sig = static_cast<uint64_t>(w[2]) | (static_cast<uint64_t>(w[3]) << 32);
   return true;
@@ -581,7 +588,7 @@ __global__ void __launch_bounds__(kEngineThreads)
       plan.selfCopy(v, selfPart + selfDone, selfParts, threadIdx.x, computeThreads);
   }
   if constexpr (Plan::kHeader) {
-    if (threadIdx.x == 0) ep.advance(peer, c, B, epoch);  // only this block writes its own word
+    ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);  // only this block writes its own words
   }
   if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }

@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kLLThreads)
     if (s.len) device::getPackets(dst + s.off, in + s.pk0, s.len, flag, threadIdx.x, blockDim.x, ctx);
   }
   __syncthreads();  // every packet read of this block is done before the epoch moves on
-  if (threadIdx.x == 0) ep.advance(role.peer, role.c, B, epoch);
+  ep.advance(role.peer, role.c, B, epoch, threadIdx.x, blockDim.x);
 }
 
 class RootedLL : public Algorithm {
