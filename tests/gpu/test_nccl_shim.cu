@@ -73,6 +73,19 @@ class NcclShim : public GpuTest {
     }
     return bad;
   }
+  // An in-place float sum allreduce of N fresh inputs on `comm` whose ranks are the parent ranks `members`:
+  // the result must be the sum of those members' inputs.
+  void expectSumOverMembers(ncclComm_t comm, const std::vector<int>& members, size_t N) {
+    float* buf = deviceFloats(N);
+    const uint64_t seed = testSeed();
+    upload(buf, input(seed, rank(), N));
+    NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, comm, stream()));
+    std::vector<float> want(N, 0.f);
+    for (int q : members)
+      for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
+    std::string first;
+    EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
+  }
 };
 
 TEST_F(NcclShim, EveryCollectiveMatchesTheHostReference) {
@@ -250,16 +263,7 @@ TEST_F(NcclShim, SplitByParityThenAbort) {
   EXPECT_EQ(subCount, static_cast<int>(members.size()));
   EXPECT_EQ(subRank, static_cast<int>(members.size()) - 1 - me / 2);
 
-  const size_t N = 4099;
-  float* buf = deviceFloats(N);
-  const uint64_t seed = testSeed();
-  upload(buf, input(seed, me, N));
-  NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, sub, stream()));
-  std::vector<float> want(N, 0.f);
-  for (int q : members)
-    for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
-  std::string first;
-  EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
+  expectSumOverMembers(sub, members, 4099);
 
   ncclComm_t none = reinterpret_cast<ncclComm_t>(1);
   NCCL_OK(ncclCommSplit(c, NCCL_SPLIT_NOCOLOR, 0, &none, nullptr));
@@ -297,16 +301,9 @@ TEST_F(NcclShim, ShrinkWithoutTheLastRank) {
     NCCL_OK(ncclCommUserRank(sub, &subRank));
     EXPECT_EQ(subCount, n - 1);
     EXPECT_EQ(subRank, me);  // survivors keep their parent order
-    const size_t N = 3001;
-    float* buf = deviceFloats(N);
-    const uint64_t seed = testSeed();
-    upload(buf, input(seed, me, N));
-    NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, sub, stream()));
-    std::vector<float> want(N, 0.f);
-    for (int q = 0; q < n - 1; ++q)
-      for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
-    std::string first;
-    EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
+    std::vector<int> survivors(n - 1);
+    for (int q = 0; q < n - 1; ++q) survivors[q] = q;
+    expectSumOverMembers(sub, survivors, 3001);
     NCCL_OK(ncclCommDestroy(sub));
   }
   NCCL_OK(ncclCommDestroy(c));
@@ -322,9 +319,6 @@ TEST_F(NcclShim, ShrinkAbortRecoversFromAMissingRank) {
   ncclComm_t c = initAll();
   ASSERT_NE(c, nullptr);
   const size_t N = 2053;
-  float* buf = deviceFloats(N);
-  const uint64_t seed = testSeed();
-  upload(buf, input(seed, me, N));
   if (me == gone) {
     NCCL_OK(ncclCommAbort(c));  // leaves without the agreement: as a rank that failed
     return;
@@ -335,12 +329,9 @@ TEST_F(NcclShim, ShrinkAbortRecoversFromAMissingRank) {
   int excluded = gone;
   NCCL_OK(ncclCommShrink(c, &excluded, 1, &sub, nullptr, NCCL_SHRINK_ABORT));
   ASSERT_NE(sub, nullptr);
-  NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, sub, stream()));
-  std::vector<float> want(N, 0.f);
-  for (int q = 0; q < n - 1; ++q)
-    for (size_t i = 0; i < N; ++i) want[i] += value(seed, q, i);
-  std::string first;
-  EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
+  std::vector<int> survivors(n - 1);
+  for (int q = 0; q < n - 1; ++q) survivors[q] = q;
+  expectSumOverMembers(sub, survivors, N);
   NCCL_OK(ncclCommDestroy(sub));
   const auto t0 = std::chrono::steady_clock::now();
   NCCL_OK(ncclCommDestroy(c));
