@@ -2,8 +2,9 @@
 // the same buffers and stream. One process per GPU:
 //
 //   meshcomm-run -n N -- meshcomm-bench [-o allreduce|allgather|reduce_scatter|alltoall|broadcast|reduce|
-//        gather|scatter|alltoallv|sendrecv|all] [-b 8] [-e 1G] [-f 2] [-d bfloat16] [-r sum] [-n 20] [-w 5]
-//        [-G] [--graph-max 16M] [-c 1] [--compare nccl] [--json FILE] [--algo NAME]
+//        gather|scatter|alltoallv|sendrecv|all|OP,OP,...] [-b 8] [-e 1G] [-f 2] [-d bfloat16] [-r sum] [-n
+//        20]
+//        [-w 5] [-G] [--graph-max 16M] [-c 1] [--compare nccl] [--json FILE] [--algo NAME] [-v]
 //
 // Definitions (nccl-tests, shared/reference/perf_anchors.md sections 7-8):
 // * size S (bytes, the "size" column): allreduce/broadcast/reduce/sendrecv: the buffer of one rank;
@@ -15,9 +16,11 @@
 // * time: per size, warm-up iterations (-w, untimed), a bootstrap barrier, then -n iterations launched back
 //   to back without host synchronisation (eager), or the same -n iterations captured once into a CUDA graph
 //   whose one untimed launch precedes the timed launches (-G, or sizes <= --graph-max); host steady clock
-//   from the first launch to the stream's completion, divided by -n; this is repeated 5 times (each after a
-//   host barrier) and the median kept. The printed time is the AVERAGE over ranks of that median (nccl-tests
-//   -a 1).
+//   from the first launch to the stream's completion, divided by -n; this is repeated 9 times (graph timing
+//   or sizes <= 16 MiB; 5 times for larger eager rows), each after a host barrier, and the median kept: a
+//   host stall of ~1 ms (seen on the 4x H200 host in both libraries' timings, up to 3 consecutive repeats of
+//   a ~0.1 ms timing; -v prints them) then cannot decide a row. The printed time is the AVERAGE over ranks of
+//   that median (nccl-tests -a 1).
 // * buffers rotate: iteration k uses offset (k mod slots) * slot inside pools as large as the largest size,
 //   so small sizes do not run out of cache (as nccl-tests).
 // * #wrong (-c 1): after timing, fresh inputs, one call, wrong elements summed over ranks (exact values
@@ -163,6 +166,7 @@ struct Options {
   std::string json, algo;
   int root = 0;
   bool registerBuffers = false;  // --register: Comm::registerBuffer on the buffer pools (zero-copy paths)
+  bool verbose = false;          // -v: every rank's timed repeats of every timing (rank 0 prints)
 };
 
 uint64_t parseBytes(const std::string& s) {
@@ -173,7 +177,8 @@ void usage() {
   std::printf(
       "usage: meshcomm-run -n N -- meshcomm-bench [options]\n"
       "  -o OP            allreduce|allgather|reduce_scatter|alltoall|broadcast|reduce|gather|scatter|\n"
-      "                   alltoallv|sendrecv|all (default allreduce; all = every op in that order)\n"
+      "                   alltoallv|sendrecv|all, or a comma-separated list of them, run in the order given\n"
+      "                   (default allreduce; all = every op in the order above)\n"
       "  -b SIZE, -e SIZE smallest / largest size (default 8 / 1G; K, M, G suffixes)\n"
       "  -f FACTOR        size multiplier between rows (default 2)\n"
       "  -d TYPE          float|half|bfloat16|double|int8|uint8|int32|uint32|int64|uint64|f8e4m3|f8e5m2\n"
@@ -194,6 +199,8 @@ void usage() {
       "  --algo NAME      run NAME (Comm::run) instead of the selector's choice\n"
       "  --register       register the send/recv pools with Comm::registerBuffer (zero-copy algorithms such\n"
       "                   as allreduce_zerocopy run on them; NCCL still runs unregistered)\n"
+      "  -v               also print every rank's timed repeats (us per iteration) of every timing, in the\n"
+      "                   order taken (meshcomm out-of-place, in-place, NCCL)\n"
       "Time = average over ranks (nccl-tests -a 1) of host time from the first launch to stream completion "
       "/\n"
       "iterations. busbw factors: allreduce 2(n-1)/n; allgather, reduce_scatter, alltoall(v), gather,\n"
@@ -227,12 +234,17 @@ Options parseArgs(int argc, char** argv) {
     if (a == "-o") {
       const std::string v = value();
       o.ops.clear();
-      if (v == "all") {
-        o.ops.assign(std::begin(kAllOps), std::end(kAllOps));
-      } else {
+      std::stringstream list(v);
+      for (std::string name; std::getline(list, name, ',');) {
+        if (name == "all") {
+          o.ops.insert(o.ops.end(), std::begin(kAllOps), std::end(kAllOps));
+          continue;
+        }
+        const size_t before = o.ops.size();
         for (Op op : kAllOps)
-          if (v == opName(op) || (v == "reducescatter" && op == Op::ReduceScatter)) o.ops.push_back(op);
-        if (o.ops.empty()) MESHCOMM_THROW(ErrorCode::InvalidUsage, "meshcomm-bench: unknown op '", v, "'");
+          if (name == opName(op) || (name == "reducescatter" && op == Op::ReduceScatter)) o.ops.push_back(op);
+        if (o.ops.size() == before)
+          MESHCOMM_THROW(ErrorCode::InvalidUsage, "meshcomm-bench: unknown op '", name, "' in -o ", v);
       }
     } else if (a == "-b") {
       o.minBytes = parseBytes(value());
@@ -274,6 +286,8 @@ Options parseArgs(int argc, char** argv) {
       o.algo = value();
     } else if (a == "--register") {
       o.registerBuffers = true;
+    } else if (a == "-v") {
+      o.verbose = true;
     } else if (a == "-h" || a == "--help") {
       usage();
       std::exit(0);
@@ -849,10 +863,28 @@ class Bench {
     return s / n_;
   }
 
+  // -v: one line per rank with its repeats (rank 0 prints; every rank takes part in the gather).
+  void printRepeats(const std::vector<double>& repeats) {
+    const size_t m = repeats.size();  // the same on every rank
+    std::vector<double> all(static_cast<size_t>(n_) * m);
+    std::copy(repeats.begin(), repeats.end(), all.begin() + static_cast<size_t>(rank_) * m);
+    comm_.communicator().bootstrap().allGather(all.data(), m * sizeof(double));
+    if (rank_ != 0) return;
+    for (int r = 0; r < n_; ++r) {
+      std::printf("#   repeats rank %d:", r);
+      for (size_t k = 0; k < m; ++k) std::printf(" %8.2f", all[r * m + k]);
+      std::printf("\n");
+    }
+  }
+
   // Times `launch(call k)` per nccl-tests: warm-up, barrier, -n iterations (eager or one graph), average; the
-  // median of kTimedRepeats such timings.
-  static constexpr int kTimedRepeats = 5;
-  double timeOp(const std::function<void(int)>& launch, bool graph) {
+  // median of timedRepeats(bytes) such timings (9 where one timing is short enough for a host stall to
+  // matter, see the top of the file).
+  static constexpr uint64_t kManyRepeatsMaxBytes = 16ull << 20;
+  static int timedRepeats(uint64_t bytes, bool graph) {
+    return graph || bytes <= kManyRepeatsMaxBytes ? 9 : 5;
+  }
+  double timeOp(const std::function<void(int)>& launch, uint64_t bytes, bool graph) {
     for (int k = 0; k < o_.warmup; ++k) launch(k);
     MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     cudaGraphExec_t exec = nullptr;
@@ -875,10 +907,11 @@ class Bench {
       MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // untimed replay
       MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
-    // kTimedRepeats timed repeats, each aligned by a host barrier; the median resists one-off stalls (a
+    // timedRepeats timed repeats, each aligned by a host barrier; the median resists one-off stalls (a
     // single timed launch let one hiccup of either library decide a whole row).
     std::vector<double> repeats;
-    for (int r = 0; r < kTimedRepeats; ++r) {
+    const int nRepeats = timedRepeats(bytes, graph);
+    for (int r = 0; r < nRepeats; ++r) {
       comm_.communicator().bootstrap().barrier();
       const auto t0 = std::chrono::steady_clock::now();
       if (graph) {
@@ -891,8 +924,9 @@ class Bench {
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
           o_.iters);
     }
-    std::nth_element(repeats.begin(), repeats.begin() + kTimedRepeats / 2, repeats.end());
-    const double us = repeats[kTimedRepeats / 2];
+    if (o_.verbose) printRepeats(repeats);
+    std::nth_element(repeats.begin(), repeats.begin() + nRepeats / 2, repeats.end());
+    const double us = repeats[nRepeats / 2];
     if (exec) cudaGraphExecDestroy(exec);
     comm_.checkError();
     return averageOverRanks(us);
@@ -1014,7 +1048,7 @@ class Bench {
         row.algo = "?";
       }
       const auto timeOopOnce = [&] {
-        return timeOp([&](int k) { launchMeshcomm(op, S, buffers(op, S, slot, k, false)); }, row.graph);
+        return timeOp([&](int k) { launchMeshcomm(op, S, buffers(op, S, slot, k, false)); }, S, row.graph);
       };
       // The first row of a run is timed twice and the first timing dropped: it runs on GPUs whose clocks
       // are still ramping up from idle and loads kernels lazily (it used to come out 1.5-2x slow).
@@ -1022,11 +1056,11 @@ class Bench {
       row.oopUs = timeOopOnce();
       if (o_.check) row.oopWrong = checkOp(op, S, false);
       if (hasInPlace(op)) {
-        row.ipUs = timeOp([&](int k) { launchMeshcomm(op, S, buffers(op, S, slot, k, true)); }, row.graph);
+        row.ipUs = timeOp([&](int k) { launchMeshcomm(op, S, buffers(op, S, slot, k, true)); }, S, row.graph);
         if (o_.check) row.ipWrong = checkOp(op, S, true);
       }
       if (o_.compareNccl && ncclSupports(op))
-        row.ncclUs = timeOp([&](int k) { launchNccl(op, S, buffers(op, S, slot, k, false)); }, row.graph);
+        row.ncclUs = timeOp([&](int k) { launchNccl(op, S, buffers(op, S, slot, k, false)); }, S, row.graph);
       rows_.push_back(row);
       if (rank_ == 0) printRow(row);
     }

@@ -122,38 +122,62 @@ MESHCOMM_DEVICE_INLINE void putPackets(Packet* dst, const void* src, uint64_t by
   }
 }
 
-// Waits for and unpacks `bytes` of payload with `flag` from the local packet buffer `src` into `dst`;
-// thread tid of nThreads. Returns false if a wait timed out (reported through ctx).
-template <typename Packet = LL16Packet>
+// The default `absent` predicate of awaitPacket / getPackets: the sender writes every packet.
+struct EveryPacketSent {
+  MESHCOMM_DEVICE_INLINE bool operator()(uint64_t) const { return false; }
+};
+
+enum class PacketWait : uint8_t { Arrived, Absent, Failed };
+
+// Waits for packet src[p] with `flag` (Arrived: its payload words in v; LL8 fills v[0] only) or, polled
+// only while the packet is missing, for absent(p) to say the sender never writes it (Absent). Acquire by
+// flag: each poll is one volatile vector load of payload and flag together. Failed: the spin timed out or
+// the communicator aborted (recorded through ctx).
+template <typename Packet, class Absent = EveryPacketSent>
+MESHCOMM_DEVICE_INLINE PacketWait awaitPacket(const Packet* src, uint64_t p, uint32_t flag,
+                                              const SpinContext& ctx, uint32_t (&v)[2],
+                                              const Absent& absent = {}) {
+  bool arrived = false;
+  const bool ok = spinUntil(
+      [&](uint64_t& seen) {
+        if constexpr (sizeof(Packet) == 16)
+          arrived = src[p].tryRead(flag, v[0], v[1]);
+        else
+          arrived = src[p].tryRead(flag, v[0]);
+        seen = v[0];
+        return arrived || absent(p);
+      },
+      ctx, DeviceOp::PacketRead, flag);
+  if (!ok) return PacketWait::Failed;
+  return arrived ? PacketWait::Arrived : PacketWait::Absent;
+}
+
+// Waits for and unpacks `bytes` of payload with `flag` from the local packet buffer `src` into `dst`, each
+// packet as soon as it arrives (awaitPacket: same memory order; weak stores to dst); thread tid of
+// nThreads. A packet that absent(p) shows the sender never writes is skipped (its bytes of dst are left
+// as they are). Returns false if a wait failed (reported through ctx).
+template <typename Packet = LL16Packet, class Absent = EveryPacketSent>
 MESHCOMM_DEVICE_INLINE bool getPackets(void* dst, const Packet* src, uint64_t bytes, uint32_t flag,
-                                       uint32_t tid, uint32_t nThreads, const SpinContext& ctx) {
+                                       uint32_t tid, uint32_t nThreads, const SpinContext& ctx,
+                                       const Absent& absent = {}) {
   auto* d = static_cast<unsigned char*>(dst);
   const bool aligned4 = (reinterpret_cast<uintptr_t>(d) & 3) == 0;
+  const bool aligned8 = (reinterpret_cast<uintptr_t>(d) & 7) == 0;
   const uint64_t nPackets = (bytes + Packet::kPayloadBytes - 1) / Packet::kPayloadBytes;
   for (uint64_t p = tid; p < nPackets; p += nThreads) {
+    uint32_t v[2] = {0, 0};
+    const PacketWait w = awaitPacket(src, p, flag, ctx, v, absent);
+    if (w == PacketWait::Failed) return false;
+    if (w == PacketWait::Absent) continue;
     if constexpr (sizeof(Packet) == 16) {
-      uint32_t v1 = 0, v2 = 0;
-      bool ok = spinUntil(
-          [&](uint64_t& seen) {
-            bool r = src[p].tryRead(flag, v1, v2);
-            seen = v1;
-            return r;
-          },
-          ctx, DeviceOp::PacketRead, flag);
-      if (!ok) return false;
-      detail::storePayloadWord(d, bytes, 2 * p, v1, aligned4);
-      detail::storePayloadWord(d, bytes, 2 * p + 1, v2, aligned4);
+      if (aligned8 && (p + 1) * 8 <= bytes) {
+        reinterpret_cast<uint2*>(d)[p] = make_uint2(v[0], v[1]);
+      } else {
+        detail::storePayloadWord(d, bytes, 2 * p, v[0], aligned4);
+        detail::storePayloadWord(d, bytes, 2 * p + 1, v[1], aligned4);
+      }
     } else {
-      uint32_t v = 0;
-      bool ok = spinUntil(
-          [&](uint64_t& seen) {
-            bool r = src[p].tryRead(flag, v);
-            seen = v;
-            return r;
-          },
-          ctx, DeviceOp::PacketRead, flag);
-      if (!ok) return false;
-      detail::storePayloadWord(d, bytes, p, v, aligned4);
+      detail::storePayloadWord(d, bytes, p, v[0], aligned4);
     }
   }
   return true;

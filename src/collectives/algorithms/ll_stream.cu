@@ -61,87 +61,53 @@ __device__ void putPacketsOf(const ContigStream& s, LL16Packet* dst, uint64_t pk
   device::putPackets(dst + pk0, s.ptr + off, minU(s.bytes, pk1 * kPk) - off, flag, threadIdx.x, blockDim.x);
 }
 
-// Waits for packet k of a stream (true: payload in v1, v2) or for the stream's header to show that the
-// stream ends at or before byte 8k (false: the sender writes no packet k). Acquire by flag: each poll is one
-// 16-byte volatile load of the packet (payload and flag together), then, while it is not there, one of
-// header packet 0 (the sender's byte count). `failed` is set when the spin failed (timeout or abort,
-// recorded via ctx).
-__device__ bool awaitStreamPacket(const LL16Packet* packets, const LL16Packet* header, uint64_t k,
-                                  uint32_t flag, const SpinContext& ctx, uint32_t& v1, uint32_t& v2,
-                                  bool& failed) {
-  bool arrived = false;
-  failed = !device::spinUntil(
-      [&](uint64_t& seen) {
-        if (packets[k].tryRead(flag, v1, v2)) return arrived = true;
-        uint32_t lo, hi;
-        const bool ended =
-            header[0].tryRead(flag, lo, hi) && ((static_cast<uint64_t>(hi) << 32) | lo) <= k * kPk;
-        seen = v1;
-        return ended;
-      },
-      ctx, DeviceOp::PacketRead, flag);
-  return arrived && !failed;
-}
-
-// Unpacks the packets [k0, k0 + divUp(bytes, 8)) of a stream into dst (bytes [8k0, 8k0 + bytes) of the
-// stream), each packet as soon as it arrives, skipping those the header shows the sender never writes
-// (awaitStreamPacket: same memory order); weak stores. Thread tid of nt. False when a spin failed.
-__device__ bool getStreamPackets(char* dst, const LL16Packet* packets, const LL16Packet* header, uint64_t k0,
-                                 uint64_t bytes, uint32_t flag, const SpinContext& ctx) {
-  auto* d = reinterpret_cast<unsigned char*>(dst);
-  const bool aligned8 = (reinterpret_cast<uintptr_t>(d) & 7) == 0;
-  const bool aligned4 = (reinterpret_cast<uintptr_t>(d) & 3) == 0;
-  const uint64_t n = divUp(bytes, kPk);
-  for (uint64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    uint32_t v1 = 0, v2 = 0;
-    bool failed = false;
-    if (!awaitStreamPacket(packets, header, k0 + j, flag, ctx, v1, v2, failed)) {
-      if (failed) return false;
-      continue;  // past the sender's stream (a count mismatch, reported by block 0)
-    }
-    if (aligned8 && (j + 1) * kPk <= bytes) {
-      reinterpret_cast<uint2*>(d)[j] = make_uint2(v1, v2);
-    } else {
-      device::detail::storePayloadWord(d, bytes, 2 * j, v1, aligned4);
-      device::detail::storePayloadWord(d, bytes, 2 * j + 1, v2, aligned4);
-    }
+// absent(p) of device::awaitPacket / getPackets for packet k0 + p of a stream: the sender's header has
+// arrived and its byte count ends the stream at or before that packet (one 16-byte volatile load of header
+// packet 0, acquire by flag).
+struct StreamEndsBefore {
+  const LL16Packet* header;
+  uint64_t k0;
+  uint32_t flag;
+  __device__ bool operator()(uint64_t p) const {
+    uint32_t lo, hi;
+    return header[0].tryRead(flag, lo, hi) && ((static_cast<uint64_t>(hi) << 32) | lo) <= (k0 + p) * kPk;
   }
-  return true;
-}
+};
 
-// Receives packets [pk0, pk1) of the stream into its bytes below `limit` (getStreamPackets per segment; a
-// packet that a segment end cuts is awaited and scattered by one thread). False when a spin failed.
+// Receives packets [pk0, pk1) of the stream into its bytes below `limit` (device::getPackets per segment,
+// skipping packets past the sender's stream; a packet that a segment end cuts is awaited and scattered by
+// one thread). False when a spin failed.
 __device__ bool getPacketsOf(const SegStream& s, const LL16Packet* packets, const LL16Packet* header,
                              uint64_t limit, uint64_t pk0, uint64_t pk1, uint32_t flag,
                              const SpinContext& ctx) {
   return walkPackets(
       s.segs, s.n, limit, pk0, pk1,
       [&](int i, uint64_t lo, uint64_t kLo, uint64_t kHi) {
-        return getStreamPackets(s.segs[i].ptr + (kLo * kPk - lo), packets, header, kLo, (kHi - kLo) * kPk,
-                                flag, ctx);
+        return device::getPackets(s.segs[i].ptr + (kLo * kPk - lo), packets + kLo, (kHi - kLo) * kPk, flag,
+                                  threadIdx.x, blockDim.x, ctx, StreamEndsBefore{header, kLo, flag});
       },
       [&](int i, uint64_t lo, uint64_t k) {
         if (threadIdx.x != static_cast<uint32_t>(i) % blockDim.x) return true;
-        uint32_t v1 = 0, v2 = 0;
-        bool failed = false;
-        if (awaitStreamPacket(packets, header, k, flag, ctx, v1, v2, failed))
-          scatterPacket(s.segs, s.n, i, lo, k, limit, v1, v2);
-        return !failed;
+        uint32_t v[2] = {0, 0};
+        const auto w = device::awaitPacket(packets, k, flag, ctx, v, StreamEndsBefore{header, 0, flag});
+        if (w == device::PacketWait::Arrived) scatterPacket(s.segs, s.n, i, lo, k, limit, v[0], v[1]);
+        return w != device::PacketWait::Failed;
       });
 }
-// Contiguous stream: one getStreamPackets over the range.
+// Contiguous stream: one device::getPackets over the range.
 __device__ bool getPacketsOf(const ContigStream& s, const LL16Packet* packets, const LL16Packet* header,
                              uint64_t limit, uint64_t pk0, uint64_t pk1, uint32_t flag,
                              const SpinContext& ctx) {
   const uint64_t off = pk0 * kPk;
-  return getStreamPackets(s.ptr + off, packets, header, pk0, minU(limit, pk1 * kPk) - off, flag, ctx);
+  return device::getPackets(s.ptr + off, packets + pk0, minU(limit, pk1 * kPk) - off, flag, threadIdx.x,
+                            blockDim.x, ctx, StreamEndsBefore{header, pk0, flag});
 }
 
 // One launch of the LL part of a call (parts: send, self copy, receive; see the top of this file).
 // Memory order: LL packets only (payload and flag in one 16-byte store, readers spin on the flag; no
-// fence, no semaphore); the epoch words are written by thread 0 after __syncthreads() once every packet read
-// of the block is done, and read by the next launch (kernel boundary). A failed spin ends the block's reads;
-// the block still advances its epoch (the communicator is dead then: the error is fatal).
+// fence, no semaphore); the epoch words are written (PairEpochs::advance) after __syncthreads() once every
+// packet read of the block is done, and read by the next launch (kernel boundary). A failed spin ends the
+// block's reads; the block still advances its epoch (the communicator is dead then: the error is fatal).
 template <class Plan>
 __global__ void __launch_bounds__(kLLThreads)
     llStreamKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, const __grid_constant__ LLStreamGrid g,
