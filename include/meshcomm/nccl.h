@@ -137,7 +137,7 @@ typedef struct ncclSimInfo_v22200 {
 #define NCCL_CTA_POLICY_DEFAULT 0x00
 #define NCCL_CTA_POLICY_EFFICIENCY 0x01
 #define NCCL_CTA_POLICY_ZERO 0x02
-/* ncclCommShrink / ncclCommRevoke flags (ncclCommRevoke answers ncclInvalidUsage). */
+/* ncclCommShrink / ncclCommRevoke flags. */
 #define NCCL_SHRINK_DEFAULT 0x00
 #define NCCL_SHRINK_ABORT 0x01
 #define NCCL_REVOKE_DEFAULT 0x00
@@ -195,16 +195,19 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
 ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                          int root, ncclComm_t comm, cudaStream_t stream);
 
-/* Declared for ABI completeness; meshcomm answers ncclInvalidUsage with a message naming the function
- * (never a forward to another library; see docs/nccl.md). */
+/* NCCL 2.19-2.28 additions (docs/nccl.md has meshcomm's design of each). */
+/* Every rank passes the same nId (1 <= nId <= nranks) distinct ids from ncclGetUniqueId. */
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId* commIds, ncclConfig_t* config);
 ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
                             ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags);
+/* Stops the communicator's in-flight operations; afterwards only split, shrink, destroy and abort.
+ * revokeFlags must be NCCL_REVOKE_DEFAULT. */
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags);
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
                                     int winFlags);
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win);
+/* Ends the group like ncclGroupEnd without launching its operations; estimatedTime in microseconds. */
 ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo);
 
 /* Point-to-point and groups. */

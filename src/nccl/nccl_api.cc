@@ -1,20 +1,25 @@
 // libmeshcomm_nccl.so: the NCCL C API (include/meshcomm/nccl.h) on meshcomm's Comm. docs/nccl.md has the
 // design: one ncclComm per meshcomm::Comm, errors mapped to ncclResult_t with ncclGetLastError's text,
-// PreMulSum handles per communicator, groups per thread (point-to-point batched into one launch per
-// communicator; ncclCommInitRank inside a group deferred to ncclGroupEnd and run concurrently).
+// PreMulSum handles per communicator, groups per thread (operations collected and launched at the outermost
+// ncclGroupEnd, point-to-point batched into one launch per communicator, or only estimated by
+// ncclGroupSimulateEnd; ncclCommInitRank inside a group deferred to the end and run concurrently), revoke.
 #include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "base/logging.hpp"
+#include "bootstrap/unique_id.hpp"
+#include "collectives/validation.hpp"
 #include "meshcomm/gpu_utils.hpp"
 #include "meshcomm/bootstrap.hpp"
 #include "meshcomm/comm.hpp"
@@ -24,11 +29,14 @@
 #include "nccl/nccl_types.hpp"
 
 using meshcomm::BufferRegistration;
+using meshcomm::Collective;
+using meshcomm::CollectiveArgs;
 using meshcomm::Comm;
 using meshcomm::CommConfig;
 using meshcomm::DataType;
 using meshcomm::Error;
 using meshcomm::ErrorCode;
+using meshcomm::P2POp;
 using meshcomm::ReduceOp;
 using meshcomm::ReduceOpSpec;
 using meshcomm::TcpBootstrap;
@@ -43,6 +51,9 @@ struct PreMulSumOp {
   ReduceOpSpec spec;
 };
 
+// ncclCommRevoke: Live -> Revoking (device abort flag raised, this GPU draining) -> Revoked (quiescent).
+enum class RevokeState { Live, Revoking, Revoked };
+
 struct ncclComm {
   std::unique_ptr<Comm> comm;
   int rank = 0;
@@ -52,8 +63,9 @@ struct ncclComm {
   int localRanks = 1;  // ranks of this communicator living in this process (ncclCommInitAll, -g/-t)
   std::string lastError;
   std::vector<PreMulSumOp> ops;  // ncclRedOp_t ncclNumOps + i
-  bool inGroup = false;          // this thread's open group has point-to-point operations on this comm
-  bool aborted = false;          // ncclCommShrink(NCCL_SHRINK_ABORT): destroyed as by ncclCommAbort
+  bool inGroup = false;          // its point-to-point batch is open in its Comm (while a group is launched)
+  bool aborted = false;  // device work stopped (shrink with abort, revoke): destroyed as by ncclCommAbort
+  std::atomic<RevokeState> revoke{RevokeState::Live};
 };
 
 // An NCCL window: one Comm::registerBuffer registration of its communicator.
@@ -68,8 +80,8 @@ constexpr int kSplitTag = 0x4e53504c;  // "NSPL": bootstrap tag of ncclCommSplit
 
 thread_local std::string tLastError;  // ncclGetLastError(NULL)
 
-// This thread's group: depth, the communicators whose point-to-point operations it collects, and the
-// initializations it defers (ncclCommInitRank between ncclGroupStart and ncclGroupEnd).
+// This thread's group: depth, the initializations it defers (ncclCommInitRank between ncclGroupStart and
+// ncclGroupEnd) and the operations it collects, in call order, for the outermost end.
 struct DeferredInit {
   ncclComm* comm;
   int nRanks;
@@ -77,10 +89,17 @@ struct DeferredInit {
   int rank;
   int device;
 };
+// A collective, or one send or receive (collective SendRecv, `p2p` with its count in elements of args.dtype).
+struct QueuedOp {
+  ncclComm* comm;
+  const char* fn;
+  CollectiveArgs args;
+  P2POp p2p;
+};
 struct GroupState {
   int depth = 0;
-  std::vector<ncclComm*> comms;
   std::vector<DeferredInit> inits;
+  std::vector<QueuedOp> ops;
 };
 thread_local GroupState tGroup;
 
@@ -131,14 +150,18 @@ ReduceOpSpec opOf(ncclComm* comm, const char* fn, ncclRedOp_t op, ncclDataType_t
   return p.spec;
 }
 
-// Builds a communicator (the device must be current in the calling thread).
-void initComm(ncclComm* c, int nRanks, const ncclUniqueId& id, int rank, int device) {
+UniqueId meshcommId(const ncclUniqueId& id) {
   UniqueId uid;
   static_assert(sizeof(uid.bytes) == NCCL_UNIQUE_ID_BYTES, "unique id sizes differ");
   std::memcpy(uid.bytes.data(), id.internal, NCCL_UNIQUE_ID_BYTES);
+  return uid;
+}
+
+// Builds a communicator (the device must be current in the calling thread).
+void initComm(ncclComm* c, int nRanks, const ncclUniqueId& id, int rank, int device) {
   CommConfig cfg;
   cfg.cudaDevice = device;
-  c->comm = std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank, nRanks, uid), cfg);
+  c->comm = std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank, nRanks, meshcommId(id)), cfg);
   c->rank = rank;
   c->nRanks = nRanks;
   c->device = device;
@@ -153,12 +176,96 @@ void initComm(ncclComm* c, int nRanks, const ncclUniqueId& id, int rank, int dev
     if (pids[r] == pids[rank] && boot.hostId(r) == boot.hostId(rank)) ++c->localRanks;
 }
 
-// Point-to-point inside a group: the first operation of a communicator opens its Comm group.
-void joinGroup(ncclComm* comm) {
-  if (tGroup.depth == 0 || comm->inGroup) return;
-  comm->comm->groupStart();
-  comm->inGroup = true;
-  tGroup.comms.push_back(comm);
+// Raises the communicator's device abort flag (every device wait gives up, so its kernels finish) and marks
+// it for a teardown without the agreement with its peers, as ncclCommAbort: they may be gone. Shared by
+// ncclCommShrink(NCCL_SHRINK_ABORT) and ncclCommRevoke.
+void stopDeviceWork(ncclComm* comm) {
+  comm->comm->communicator().abortDeviceWaits();
+  comm->aborted = true;
+}
+
+void requireNotRevoked(const ncclComm* comm) {
+  if (comm->revoke.load() != RevokeState::Live)
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", comm->rank,
+                   ": the communicator was revoked (ncclCommRevoke): only ncclCommSplit, ncclCommShrink, "
+                   "ncclCommDestroy and ncclCommAbort may follow");
+}
+
+// Launches one operation on its Comm. With `batches` (the outermost ncclGroupEnd), point-to-point operations
+// go into their Comm's group, opened on the first one; the caller closes the groups listed in `batches`.
+void launch(const QueuedOp& q, std::vector<ncclComm*>* batches) {
+  Comm& c = *q.comm->comm;
+  const CollectiveArgs& a = q.args;
+  switch (a.collective) {
+    case Collective::AllReduce:
+      return c.allReduce(a.input, a.output, a.count, a.dtype, a.op, a.stream);
+    case Collective::Reduce:
+      return c.reduce(a.input, a.output, a.count, a.dtype, a.op, a.root, a.stream);
+    case Collective::Broadcast:
+      return c.broadcast(a.input, a.output, a.count, a.dtype, a.root, a.stream);
+    case Collective::ReduceScatter:
+      return c.reduceScatter(a.input, a.output, a.count, a.dtype, a.op, a.stream);
+    case Collective::AllGather:
+      return c.allGather(a.input, a.output, a.count, a.dtype, a.stream);
+    case Collective::AllToAll:
+      return c.allToAll(a.input, a.output, a.count, a.dtype, a.stream);
+    case Collective::Gather:
+      return c.gather(a.input, a.output, a.count, a.dtype, a.root, a.stream);
+    case Collective::Scatter:
+      return c.scatter(a.input, a.output, a.count, a.dtype, a.root, a.stream);
+    case Collective::SendRecv:
+      if (batches != nullptr && !q.comm->inGroup) {
+        c.groupStart();
+        q.comm->inGroup = true;
+        batches->push_back(q.comm);
+      }
+      if (q.p2p.kind == P2POp::Send) return c.send(q.p2p.buffer, q.p2p.count, a.dtype, q.p2p.peer, a.stream);
+      return c.recv(q.p2p.buffer, q.p2p.count, a.dtype, q.p2p.peer, a.stream);
+    default:
+      MESHCOMM_THROW(ErrorCode::InternalError, q.fn, ": collective ", collectiveName(a.collective),
+                     " cannot be queued");
+  }
+}
+
+// A collective or point-to-point call: launched now outside a group; inside one, checked as its Comm checks
+// it and collected for the outermost ncclGroupEnd (launched there) or ncclGroupSimulateEnd (estimated only).
+ncclResult_t submit(ncclComm* comm, const char* fn, const CollectiveArgs& args, const P2POp& p2p = {}) {
+  requireNotRevoked(comm);
+  const QueuedOp q{comm, fn, args, p2p};
+  if (tGroup.depth == 0) {
+    launch(q, nullptr);
+    return ncclSuccess;
+  }
+  const meshcomm::CudaPointerQuery pointers;
+  const meshcomm::ValidationContext ctx{comm->rank, comm->nRanks, comm->device, pointers};
+  if (args.collective == Collective::SendRecv)
+    meshcomm::validateP2P(ctx, p2p.kind == P2POp::Send ? "send" : "recv", p2p.buffer, p2p.count, args.dtype,
+                          p2p.peer);
+  else
+    meshcomm::validateCollective(ctx, collectiveName(args.collective), args);
+  tGroup.ops.push_back(q);
+  return ncclSuccess;
+}
+
+CollectiveArgs callArgs(Collective collective, const void* send, void* recv, size_t count, DataType dtype,
+                        cudaStream_t stream) {
+  CollectiveArgs a;
+  a.collective = collective;
+  a.input = send;
+  a.output = recv;
+  a.count = count;
+  a.dtype = dtype;
+  a.stream = stream;
+  return a;
+}
+
+// Drops what this thread's open group holds for `comm` (it is being destroyed): operations, a deferred init.
+void forgetGroupWork(const ncclComm* comm) {
+  auto drop = [comm](auto& v) {
+    v.erase(std::remove_if(v.begin(), v.end(), [comm](const auto& x) { return x.comm == comm; }), v.end());
+  };
+  drop(tGroup.ops);
+  drop(tGroup.inits);
 }
 
 }  // namespace
@@ -180,9 +287,14 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
   });
 }
 
-ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
-                                    ncclConfig_t* config) {
-  const char* fn = "ncclCommInitRank";
+}  // extern "C"
+
+namespace {
+
+// ncclCommInitRank[Config] and ncclCommInitRankScalable: a communicator through the root of `commId`; inside
+// a group, deferred to its outermost end.
+ncclResult_t initRank(const char* fn, ncclComm_t* comm, int nranks, const ncclUniqueId& commId, int rank,
+                      ncclConfig_t* config) {
   SHIM_REQUIRE(comm != nullptr, nullptr, fn, "comm is NULL");
   SHIM_REQUIRE(nranks >= 1 && rank >= 0 && rank < nranks, nullptr, fn, "rank ", rank, " / nranks ", nranks,
                " out of range");
@@ -203,6 +315,15 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId c
     *comm = c.release();
     return ncclSuccess;
   });
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                    ncclConfig_t* config) {
+  return initRank("ncclCommInitRank", comm, nranks, commId, rank, config);
 }
 
 ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
@@ -285,6 +406,7 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   SHIM_REQUIRE(comm != nullptr, nullptr, "ncclCommFinalize", "comm is NULL");
   return guarded("ncclCommFinalize", comm, [&] {
+    requireNotRevoked(comm);  // NCCL: finalizing a revoked communicator is invalid
     if (comm->comm) {
       meshcomm::CudaDeviceGuard guard(comm->device);
       MESHCOMM_CUDA_CHECK(cudaDeviceSynchronize());  // every operation enqueued on this device has finished
@@ -296,6 +418,7 @@ ncclResult_t ncclCommFinalize(ncclComm_t comm) {
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  forgetGroupWork(comm);
   return guarded("ncclCommDestroy", nullptr, [&] {
     std::unique_ptr<ncclComm> owned(comm);
     if (owned->comm) {
@@ -313,6 +436,7 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
   if (comm == nullptr) return ncclSuccess;
+  forgetGroupWork(comm);
   return guarded("ncclCommAbort", nullptr, [&] {
     std::unique_ptr<ncclComm> owned(comm);
     if (owned->comm) {
@@ -337,6 +461,15 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
                "comm or asyncError is NULL");
   *asyncError = ncclSuccess;
   if (!comm->comm) return ncclSuccess;
+  switch (comm->revoke.load()) {  // its own abort flag is no failure: NCCL reports the revoke's progress
+    case RevokeState::Revoking:
+      *asyncError = ncclInProgress;
+      return ncclSuccess;
+    case RevokeState::Revoked:
+      return ncclSuccess;
+    case RevokeState::Live:
+      break;
+  }
   try {
     comm->comm->checkError();
   } catch (const Error& e) {
@@ -387,8 +520,11 @@ ncclResult_t ncclMemFree(void* ptr) {
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   SHIM_REQUIRE(comm != nullptr && handle != nullptr, comm, "ncclCommRegister", "comm or handle is NULL");
   SHIM_REQUIRE(buff != nullptr || size == 0, comm, "ncclCommRegister", "buff is NULL");
-  *handle = buff;
-  return ncclSuccess;
+  return guarded("ncclCommRegister", comm, [&] {
+    requireNotRevoked(comm);
+    *handle = buff;
+    return ncclSuccess;
+  });
 }
 
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
@@ -444,9 +580,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const char* fn = "ncclAllReduce";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->allReduce(sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype),
-                          opOf(comm, fn, op, datatype), stream);
-    return ncclSuccess;
+    CollectiveArgs a =
+        callArgs(Collective::AllReduce, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    a.op = opOf(comm, fn, op, datatype);
+    return submit(comm, fn, a);
   });
 }
 
@@ -455,9 +592,11 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   const char* fn = "ncclReduce";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->reduce(sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), opOf(comm, fn, op, datatype),
-                       root, stream);
-    return ncclSuccess;
+    CollectiveArgs a =
+        callArgs(Collective::Reduce, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    a.op = opOf(comm, fn, op, datatype);
+    a.root = root;
+    return submit(comm, fn, a);
   });
 }
 
@@ -466,8 +605,10 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   const char* fn = "ncclBroadcast";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->broadcast(sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), root, stream);
-    return ncclSuccess;
+    CollectiveArgs a =
+        callArgs(Collective::Broadcast, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    a.root = root;
+    return submit(comm, fn, a);
   });
 }
 
@@ -482,9 +623,10 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const char* fn = "ncclReduceScatter";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->reduceScatter(sendbuff, recvbuff, recvcount, dtypeOf(comm, fn, datatype),
-                              opOf(comm, fn, op, datatype), stream);
-    return ncclSuccess;
+    CollectiveArgs a = callArgs(Collective::ReduceScatter, sendbuff, recvbuff, recvcount,
+                                dtypeOf(comm, fn, datatype), stream);
+    a.op = opOf(comm, fn, op, datatype);
+    return submit(comm, fn, a);
   });
 }
 
@@ -493,8 +635,9 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   const char* fn = "ncclAllGather";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->allGather(sendbuff, recvbuff, sendcount, dtypeOf(comm, fn, datatype), stream);
-    return ncclSuccess;
+    return submit(
+        comm, fn,
+        callArgs(Collective::AllGather, sendbuff, recvbuff, sendcount, dtypeOf(comm, fn, datatype), stream));
   });
 }
 
@@ -503,8 +646,9 @@ ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, nc
   const char* fn = "ncclAlltoAll";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->allToAll(sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
-    return ncclSuccess;
+    return submit(
+        comm, fn,
+        callArgs(Collective::AllToAll, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream));
   });
 }
 
@@ -513,8 +657,10 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
   const char* fn = "ncclGather";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->gather(sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), root, stream);
-    return ncclSuccess;
+    CollectiveArgs a =
+        callArgs(Collective::Gather, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    a.root = root;
+    return submit(comm, fn, a);
   });
 }
 
@@ -523,8 +669,10 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncc
   const char* fn = "ncclScatter";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    comm->comm->scatter(sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), root, stream);
-    return ncclSuccess;
+    CollectiveArgs a =
+        callArgs(Collective::Scatter, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    a.root = root;
+    return submit(comm, fn, a);
   });
 }
 
@@ -533,9 +681,9 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   const char* fn = "ncclSend";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    joinGroup(comm);
-    comm->comm->send(sendbuff, count, dtypeOf(comm, fn, datatype), peer, stream);
-    return ncclSuccess;
+    const CollectiveArgs a =
+        callArgs(Collective::SendRecv, sendbuff, nullptr, 0, dtypeOf(comm, fn, datatype), stream);
+    return submit(comm, fn, a, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count});
   });
 }
 
@@ -544,9 +692,9 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   const char* fn = "ncclRecv";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    joinGroup(comm);
-    comm->comm->recv(recvbuff, count, dtypeOf(comm, fn, datatype), peer, stream);
-    return ncclSuccess;
+    const CollectiveArgs a =
+        callArgs(Collective::SendRecv, nullptr, recvbuff, 0, dtypeOf(comm, fn, datatype), stream);
+    return submit(comm, fn, a, P2POp{P2POp::Recv, peer, recvbuff, count});
   });
 }
 
@@ -555,38 +703,51 @@ ncclResult_t ncclGroupStart(void) {
   return ncclSuccess;
 }
 
-// The outermost ncclGroupEnd: deferred initializations first (one thread each: they rendezvous with each
-// other), then every communicator's point-to-point batch is launched (one kernel per communicator).
-ncclResult_t ncclGroupEnd(void) {
-  if (tGroup.depth == 0) return fail(nullptr, ncclInvalidUsage, "ncclGroupEnd: no ncclGroupStart to close");
-  if (--tGroup.depth > 0) return ncclSuccess;
-  ncclResult_t result = ncclSuccess;
+}  // extern "C"
+
+namespace {
+
+// ncclCommInitRank calls a group deferred, one thread each (they rendezvous with each other).
+ncclResult_t runDeferredInits() {
   std::vector<DeferredInit> inits;
   inits.swap(tGroup.inits);
-  if (!inits.empty()) {
-    std::vector<std::string> errors(inits.size());
-    std::vector<std::thread> threads;
-    for (size_t i = 0; i < inits.size(); ++i) {
-      threads.emplace_back([&, i] {
-        try {
-          MESHCOMM_CUDA_CHECK(cudaSetDevice(inits[i].device));
-          initComm(inits[i].comm, inits[i].nRanks, inits[i].id, inits[i].rank, inits[i].device);
-        } catch (const std::exception& e) {
-          errors[i] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (size_t i = 0; i < inits.size(); ++i) {
-      if (!errors[i].empty() && result == ncclSuccess)
-        result =
-            fail(inits[i].comm, ncclSystemError,
-                 detail::concat("ncclGroupEnd: ncclCommInitRank of rank ", inits[i].rank, ": ", errors[i]));
-    }
+  std::vector<std::string> errors(inits.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        MESHCOMM_CUDA_CHECK(cudaSetDevice(inits[i].device));
+        initComm(inits[i].comm, inits[i].nRanks, inits[i].id, inits[i].rank, inits[i].device);
+      } catch (const std::exception& e) {
+        errors[i] = e.what();
+      }
+    });
   }
-  std::vector<ncclComm*> comms;
-  comms.swap(tGroup.comms);
-  for (ncclComm* c : comms) {
+  for (auto& t : threads) t.join();
+  ncclResult_t result = ncclSuccess;
+  for (size_t i = 0; i < inits.size(); ++i) {
+    if (!errors[i].empty() && result == ncclSuccess)
+      result =
+          fail(inits[i].comm, ncclSystemError,
+               detail::concat("ncclGroupEnd: ncclCommInitRank of rank ", inits[i].rank, ": ", errors[i]));
+  }
+  return result;
+}
+
+// A group's operations in call order (collectives each at once, point-to-point into one launch per
+// communicator when its batch closes, after the last operation). Returns the first error.
+ncclResult_t launchQueued(const std::vector<QueuedOp>& ops) {
+  ncclResult_t result = ncclSuccess;
+  std::vector<ncclComm*> batches;
+  for (const QueuedOp& q : ops) {
+    const ncclResult_t r = guarded(detail::concat("ncclGroupEnd: ", q.fn).c_str(), q.comm, [&] {
+      requireNotRevoked(q.comm);
+      launch(q, &batches);
+      return ncclSuccess;
+    });
+    if (result == ncclSuccess) result = r;
+  }
+  for (ncclComm* c : batches) {
     c->inGroup = false;
     const ncclResult_t r = guarded("ncclGroupEnd", c, [&] {
       c->comm->groupEnd();
@@ -597,18 +758,122 @@ ncclResult_t ncclGroupEnd(void) {
   return result;
 }
 
-// Not implemented: a clear error instead of a wrong answer or a call into another library.
-#define SHIM_UNSUPPORTED(fn, comm) \
-  fail(comm, ncclInvalidUsage,     \
-       detail::concat(fn,          \
-                      ": not supported by meshcomm's NCCL shim (docs/nccl.md lists what is implemented)"))
+// One launch as the communicator would select it, estimated by the cost model (nccl_types.hpp).
+double launchEstimate(const ncclComm& comm, const CollectiveArgs& args, size_t messageBytes) {
+  const meshcomm::Selection selection = comm.comm->select(args);
+  return shim::estimateLaunchMicroseconds(args.collective, selection.algorithm->name(), messageBytes,
+                                          comm.nRanks);
+}
 
+// ncclGroupSimulateEnd: the time the group's operations would take, nothing launched. Per communicator, its
+// launches one after the other (each collective, then its point-to-point batch as one sendrecv launch whose
+// traffic is the larger of the bytes it sends and receives); communicators side by side (own GPUs).
+ncclResult_t simulate(const std::vector<QueuedOp>& ops, ncclSimInfo_t* simInfo) {
+  struct PerComm {
+    explicit PerComm(ncclComm* c) : comm(c) {}
+    ncclComm* comm;
+    double us = 0;
+    std::vector<P2POp> p2p;  // byte counts, as Comm batches them
+    size_t sent = 0, received = 0;
+  };
+  return guarded("ncclGroupSimulateEnd", nullptr, [&] {
+    std::vector<PerComm> comms;
+    for (const QueuedOp& q : ops) {
+      requireNotRevoked(q.comm);
+      auto it = std::find_if(comms.begin(), comms.end(), [&](const PerComm& c) { return c.comm == q.comm; });
+      PerComm& pc = it != comms.end() ? *it : comms.emplace_back(q.comm);
+      if (q.args.collective != Collective::SendRecv) {
+        if (!meshcomm::isNoOp(q.args))
+          pc.us += launchEstimate(*q.comm, q.args, q.args.messageBytes(q.comm->nRanks));
+        continue;
+      }
+      const size_t bytes = q.p2p.count * meshcomm::dataTypeSize(q.args.dtype);
+      if (bytes == 0) continue;
+      pc.p2p.push_back(P2POp{q.p2p.kind, q.p2p.peer, q.p2p.buffer, bytes});
+      (q.p2p.kind == P2POp::Send ? pc.sent : pc.received) += bytes;
+    }
+    double longest = 0;
+    for (PerComm& pc : comms) {
+      if (!pc.p2p.empty()) {
+        CollectiveArgs a;
+        a.collective = Collective::SendRecv;
+        a.dtype = DataType::U8;
+        a.p2pOps = pc.p2p.data();
+        a.numP2POps = pc.p2p.size();
+        pc.us += launchEstimate(*pc.comm, a, std::max(pc.sent, pc.received));
+      }
+      longest = std::max(longest, pc.us);
+    }
+    simInfo->estimatedTime = static_cast<float>(longest);
+    return ncclSuccess;
+  });
+}
+
+// ncclGroupEnd and ncclGroupSimulateEnd (`simInfo` non-null). Only the outermost end acts: deferred
+// initializations first, then the collected operations are launched, or estimated and dropped.
+ncclResult_t endGroup(const char* fn, ncclSimInfo_t* simInfo) {
+  if (tGroup.depth == 0)
+    return fail(nullptr, ncclInvalidUsage, detail::concat(fn, ": no ncclGroupStart to close"));
+  if (--tGroup.depth > 0) return ncclSuccess;
+  const ncclResult_t inits = runDeferredInits();
+  std::vector<QueuedOp> ops;
+  ops.swap(tGroup.ops);
+  const ncclResult_t r = simInfo != nullptr ? simulate(ops, simInfo) : launchQueued(ops);
+  return inits != ncclSuccess ? inits : r;
+}
+
+// Ends the rendezvous root of an id that no rank bootstraps through, by joining it as the only rank of a
+// one-rank job: the root sends its table and exits (thread and listening socket end now, not after
+// MESHCOMM_BOOTSTRAP_TIMEOUT).
+void retireRoot(const ncclUniqueId& id, int index) {
+  try {
+    TcpBootstrap joined(0, 1, meshcommId(id));  // done: the root has sent the one-rank table
+  } catch (const Error& e) {
+    throw Error(e.code(), detail::concat("ending the bootstrap root of commIds[", index,
+                                         "] (every rank bootstraps through commIds[0]'s): ", e.what()));
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+ncclResult_t ncclGroupEnd(void) {
+  return endGroup("ncclGroupEnd", nullptr);
+}
+
+// NCCL's scalable initialization spreads the bootstrap over nId roots. meshcomm's rendezvous root only hands
+// out endpoints, so every rank bootstraps through commIds[0] (the communicator is the one a single id gives);
+// the creator NCCL assigns to each other id ends that id's root, which nobody else joins.
 ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
                                       ncclUniqueId* commIds, ncclConfig_t* config) {
-  if (nId == 1 && commIds != nullptr)
-    return ncclCommInitRankConfig(newcomm, nranks, commIds[0], myrank, config);
-  return SHIM_UNSUPPORTED("ncclCommInitRankScalable with more than one id", nullptr);
+  const std::string me = detail::concat("rank ", myrank, ": ncclCommInitRankScalable");
+  const char* fn = me.c_str();
+  SHIM_REQUIRE(newcomm != nullptr, nullptr, fn, "newcomm is NULL");
+  SHIM_REQUIRE(nranks >= 1 && myrank >= 0 && myrank < nranks, nullptr, fn, "myrank ", myrank, " / nranks ",
+               nranks, " out of range");
+  SHIM_REQUIRE(commIds != nullptr, nullptr, fn, "commIds is NULL");
+  SHIM_REQUIRE(nId >= 1 && nId <= nranks, nullptr, fn, "nId ", nId, " must be in [1, nranks = ", nranks, "]");
+  const std::string problem = shim::configProblem(config);
+  SHIM_REQUIRE(problem.empty(), nullptr, fn, problem);
+  std::vector<std::pair<std::string, int>> ids;  // (bytes, index): equal ids sort next to each other
+  for (int i = 0; i < nId; ++i) ids.emplace_back(std::string(commIds[i].internal, NCCL_UNIQUE_ID_BYTES), i);
+  std::sort(ids.begin(), ids.end());
+  for (int i = 1; i < nId; ++i) {
+    SHIM_REQUIRE(ids[i].first != ids[i - 1].first, nullptr, fn, "commIds[",
+                 std::min(ids[i].second, ids[i - 1].second), "] and commIds[",
+                 std::max(ids[i].second, ids[i - 1].second),
+                 "] are the same id (each must come from its own ncclGetUniqueId)");
+  }
+  return guarded(fn, nullptr, [&] {
+    for (int i = 0; i < nId; ++i)
+      meshcomm::bootstrap::decodeUniqueId(meshcommId(commIds[i]), detail::concat("commIds[", i, "]"));
+    for (int i = 1; i < nId; ++i)
+      if (shim::scalableIdCreator(i, nranks, nId) == myrank) retireRoot(commIds[i], i);
+    return initRank("ncclCommInitRankScalable", newcomm, nranks, commIds[0], myrank, config);
+  });
 }
+
 // Every rank of the parent not in excludeRanksList calls it (the excluded ones do not: they may be gone); the
 // survivors keep their parent order. NCCL_SHRINK_ABORT first makes the parent's device waits give up (kernels
 // stuck on a failed rank finish) and marks the parent aborted, so destroying it later skips the teardown
@@ -635,10 +900,7 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
     excluded[r] = 1;
   }
   return guarded(fn, comm, [&] {
-    if (shrinkFlags == NCCL_SHRINK_ABORT) {
-      comm->comm->communicator().abortDeviceWaits();
-      comm->aborted = true;
-    }
+    if (shrinkFlags == NCCL_SHRINK_ABORT) stopDeviceWork(comm);
     std::vector<int> members;
     for (int r = 0; r < comm->nRanks; ++r)
       if (!excluded[r]) members.push_back(r);
@@ -646,8 +908,26 @@ ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeR
     return ncclSuccess;
   });
 }
-ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
-  return SHIM_UNSUPPORTED("ncclCommRevoke", comm);
+// Stops the communicator's in-flight operations: its device abort flag makes every wait of its kernels give
+// up, then this GPU is drained (its kernels have exited: quiescent). ncclCommGetAsyncError says
+// ncclInProgress meanwhile (seen from other threads: the call returns once quiescent), then ncclSuccess.
+// Afterwards only split, shrink, destroy and abort; destroy skips the agreement with the peers, as after
+// ncclCommAbort.
+ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  const char* fn = "ncclCommRevoke";
+  SHIM_REQUIRE(comm != nullptr && comm->comm != nullptr, nullptr, fn, "comm is NULL or not initialized");
+  SHIM_REQUIRE(revokeFlags == NCCL_REVOKE_DEFAULT, comm, fn, "revokeFlags ", revokeFlags,
+               " must be NCCL_REVOKE_DEFAULT (0)");
+  RevokeState live = RevokeState::Live;
+  if (!comm->revoke.compare_exchange_strong(live, RevokeState::Revoking)) return ncclSuccess;  // done before
+  const ncclResult_t r = guarded(fn, comm, [&] {
+    stopDeviceWork(comm);
+    meshcomm::CudaDeviceGuard guard(comm->device);
+    MESHCOMM_CUDA_CHECK(cudaDeviceSynchronize());  // like finalize and destroy: every kernel of this GPU
+    return ncclSuccess;
+  });
+  comm->revoke.store(RevokeState::Revoked);
+  return r;
 }
 // Windows: NCCL's collective registration of one buffer per rank is meshcomm's Comm::registerBuffer (the
 // zero-copy allreduce runs on calls inside windows). The flags are hints (symmetric or not, meshcomm learns
@@ -657,6 +937,7 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, nc
   SHIM_COMM(fn);
   SHIM_REQUIRE(win != nullptr, comm, fn, "win is NULL");
   return guarded(fn, comm, [&] {
+    requireNotRevoked(comm);
     MESHCOMM_REQUIRE(
         tGroup.depth == 0, who(comm, fn),
         ": inside ncclGroupStart/End (several communicators per thread) is not supported; register "
@@ -679,8 +960,13 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
     return ncclSuccess;
   });
 }
-ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
-  return SHIM_UNSUPPORTED("ncclGroupSimulateEnd", nullptr);
+// ncclGroupEnd without launching: fills simInfo->estimatedTime (microseconds) and drops the group's
+// operations. A simInfo that is not usable is refused before anything happens (the group stays open); a
+// nested one only closes its level, as in NCCL (the outermost end decides).
+ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  const std::string problem = shim::simInfoProblem(simInfo);
+  SHIM_REQUIRE(problem.empty(), nullptr, "ncclGroupSimulateEnd", problem, " (the group stays open)");
+  return endGroup("ncclGroupSimulateEnd", simInfo);
 }
 
 // The profiling names (pncclAllReduce, ...): aliases of the functions above, exported like them.

@@ -1,6 +1,8 @@
 #include "nccl/nccl_types.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -172,6 +174,93 @@ std::string configProblem(const ncclConfig_t* c) {
   if (c->blocking != NCCL_CONFIG_UNDEF_INT && c->blocking != 0 && c->blocking != 1)
     return detail::concat("config.blocking must be 0 or 1, not ", c->blocking);
   return {};
+}
+
+std::string simInfoProblem(const ncclSimInfo_t* s) {
+  constexpr ncclSimInfo_t kInitializer = NCCL_SIM_INFO_INITIALIZER;
+  if (s == nullptr) return "simInfo is NULL";
+  if (s->magic != kInitializer.magic)
+    return "simInfo was not initialized with NCCL_SIM_INFO_INITIALIZER (bad magic)";
+  if (s->size < offsetof(ncclSimInfo_t, estimatedTime) + sizeof(float))
+    return detail::concat("simInfo size ", s->size, " is too small for estimatedTime");
+  if (s->version < static_cast<unsigned>(NCCL_VERSION(2, 22, 0)))
+    return detail::concat("simInfo version ", s->version, " is older than NCCL 2.22 (ncclSimInfo_t's first)");
+  return {};
+}
+
+int scalableIdCreator(int id, int nRanks, int nIds) {
+  const int perId = nRanks / nIds, larger = nRanks % nIds;  // the first `larger` blocks hold perId + 1 ranks
+  return id * perId + std::min(id, larger);
+}
+
+namespace {
+
+// One launch of an algorithm: latency (us) and bandwidth of the traffic (GB/s = 1e3 bytes/us). Fitted to
+// meshcomm-bench on 4x H200 (bench/results/2026-11-22-h200x4-collectives-session10.json, docs/nccl.md).
+struct LaunchCost {
+  const char* algorithm;
+  Collective collective;
+  double latencyUs;
+  double gbPerS;
+  bool largeMessage;  // the collective's fallback for algorithms without measurements
+};
+constexpr LaunchCost kLaunchCosts[] = {
+    {"allreduce_oneshot_ll", Collective::AllReduce, 6.1, 80, false},
+    {"allreduce_rsag", Collective::AllReduce, 15.3, 341, true},
+    {"allgather_ll", Collective::AllGather, 3.6, 81, false},
+    {"allgather_scratch", Collective::AllGather, 10.0, 324, true},
+    {"reduce_scatter_ll", Collective::ReduceScatter, 6.4, 159, false},
+    {"reduce_scatter_scratch", Collective::ReduceScatter, 9.7, 321, true},
+    {"alltoall_ll", Collective::AllToAll, 3.9, 53, false},
+    {"alltoall_scratch", Collective::AllToAll, 10.4, 322, true},
+    {"broadcast_ll", Collective::Broadcast, 3.3, 129, false},
+    {"broadcast_chain", Collective::Broadcast, 8.0, 346, true},
+    {"reduce_ll", Collective::Reduce, 5.4, 81, false},
+    {"reduce_chain", Collective::Reduce, 7.6, 339, true},
+    {"gather_ll", Collective::Gather, 3.4, 400, false},
+    {"gather_scratch", Collective::Gather, 4.8, 385, true},
+    {"scatter_ll", Collective::Scatter, 3.5, 400, false},
+    {"scatter_scratch", Collective::Scatter, 5.8, 350, true},
+    {"alltoallv_ll", Collective::AllToAllv, 5.9, 241, true},
+    {"sendrecv_ll", Collective::SendRecv, 5.2, 312, true},
+};
+// A collective without any measurement (barrier): the slowest latency and bandwidth above.
+constexpr LaunchCost kUnmeasured = {"", Collective::Barrier, 15.3, 53, true};
+
+const LaunchCost& launchCost(Collective c, const std::string& algorithm) {
+  const LaunchCost* fallback = &kUnmeasured;
+  for (const LaunchCost& k : kLaunchCosts) {
+    if (k.collective != c) continue;
+    if (algorithm == k.algorithm) return k;
+    if (k.largeMessage) fallback = &k;
+  }
+  return *fallback;
+}
+
+double trafficPerMessageByte(Collective c, int nRanks) {
+  const double n = nRanks, part = (n - 1) / n;
+  switch (c) {
+    case Collective::AllReduce:
+      return 2 * part;
+    case Collective::AllGather:
+    case Collective::ReduceScatter:
+    case Collective::AllToAll:
+    case Collective::AllToAllv:
+    case Collective::Gather:
+    case Collective::Scatter:
+      return part;
+    default:
+      return 1;
+  }
+}
+
+}  // namespace
+
+double estimateLaunchMicroseconds(Collective c, const std::string& algorithm, size_t messageBytes,
+                                  int nRanks) {
+  const LaunchCost& k = launchCost(c, algorithm);
+  const double bytesPerUs = k.gbPerS * 1e3;
+  return k.latencyUs + trafficPerMessageByte(c, nRanks) * static_cast<double>(messageBytes) / bytesPerUs;
 }
 
 }  // namespace meshcomm::nccl

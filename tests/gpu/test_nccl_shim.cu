@@ -1,15 +1,17 @@
 // libmeshcomm_nccl.so through its C API (include/meshcomm/nccl.h), one process per GPU: ids and
 // initialisation, every collective against a host reference (float values that are small integers, so every
 // sum is exact in any order), PreMulSum handles with per-rank host and device scalars, a send/recv ring in a
-// group, ncclCommSplit, argument errors with ncclGetLastError, destroy and abort; and, in rank 0's process,
-// one communicator per local GPU (ncclCommInitAll) driven from one thread (nccl-tests -g) and from one thread
-// per GPU (-t), then destroyed one after the other by one thread. Fresh inputs per case, outputs poisoned
-// (NaN) first.
+// group, ncclCommSplit, argument errors with ncclGetLastError, destroy and abort, shrink, initialization
+// from several ids (ncclCommInitRankScalable), revoke, group simulation; and, in rank 0's process, one
+// communicator per local GPU (ncclCommInitAll) driven from one thread (nccl-tests -g) and from one thread per
+// GPU (-t), then destroyed one after the other by one thread. Fresh inputs per case, outputs poisoned (NaN)
+// first.
 #include <cuda_runtime.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 #include <string>
 #include <thread>
 #include <vector>
@@ -337,6 +339,167 @@ TEST_F(NcclShim, ShrinkAbortRecoversFromAMissingRank) {
   NCCL_OK(ncclCommDestroy(c));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
       << "destroying an aborted parent waited for the missing rank";
+}
+
+// ncclCommInitRankScalable with several ids, created as NCCL documents (id i by the first rank of its block
+// of ranks) and then all by rank 0 (as some frameworks do): the communicator is the one a single id gives (an
+// allreduce over all ranks is right), and afterwards the roots of the ids no rank bootstraps through are gone
+// (joining one fails) instead of waiting for MESHCOMM_BOOTSTRAP_TIMEOUT with a thread and a socket.
+TEST_F(NcclShim, ScalableInitWithSeveralIdsThenAllReduce) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int n = worldSize(), me = rank(), nId = std::min(n, 3);
+  std::vector<int> everyone(n);
+  std::iota(everyone.begin(), everyone.end(), 0);
+  for (bool creatorsAsNcclDocuments : {true, false}) {
+    SCOPED_TRACE(creatorsAsNcclDocuments ? "ids created by the first rank of each block"
+                                         : "ids created by rank 0");
+    std::vector<ncclUniqueId> ids(nId);
+    std::vector<int> creator(nId, 0);
+    for (int i = 0; i < nId; ++i) {
+      if (creatorsAsNcclDocuments) creator[i] = i * (n / nId) + std::min(i, n % nId);
+      if (me == creator[i]) NCCL_OK(ncclGetUniqueId(&ids[i]));
+      bootstrap().broadcast(&ids[i], sizeof(ncclUniqueId), creator[i]);
+    }
+    ncclComm_t c = nullptr;
+    NCCL_OK(ncclCommInitRankScalable(&c, n, me, nId, ids.data(), nullptr));
+    ASSERT_NE(c, nullptr);
+    int count = 0, r = -1;
+    NCCL_OK(ncclCommCount(c, &count));
+    NCCL_OK(ncclCommUserRank(c, &r));
+    EXPECT_EQ(count, n);
+    EXPECT_EQ(r, me);
+    expectSumOverMembers(c, everyone, 4099);
+    bootstrap().barrier();  // every rank is initialized: every root has been used or ended
+    for (int i = 1; i < nId; ++i) {
+      if (me != creator[i]) continue;  // the process that hosted the root looks
+      UniqueId uid;
+      std::memcpy(uid.bytes.data(), ids[i].internal, NCCL_UNIQUE_ID_BYTES);
+      EXPECT_THROW(TcpBootstrap(0, 1, uid, 2.0), Error)
+          << "the root of commIds[" << i << "] still accepts ranks";
+    }
+    NCCL_OK(ncclCommDestroy(c));
+  }
+}
+
+// ncclCommRevoke as error recovery: the last rank never joins an allreduce that the others have in flight.
+// Every rank revokes: the stuck kernels exit (well before the device timeout) and the stream is idle when the
+// call returns; the revoke's own abort is no async error; operations on the communicator then fail with
+// ncclInvalidUsage naming the function and "revoked", ncclCommFinalize too; the revoked communicator still
+// splits and shrinks into communicators whose allreduce is right, and destroying it does not wait for peers.
+TEST_F(NcclShim, RevokeStopsInFlightWorkThenSplitAndShrinkStillWork) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int n = worldSize(), me = rank(), last = n - 1;
+  const cudaStream_t s = stream();
+  ncclComm_t c = initAll();
+  ASSERT_NE(c, nullptr);
+  const size_t N = 2053;
+  float* buf = deviceFloats(N);
+  if (me != last) NCCL_OK(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, c, s));  // cannot finish
+  auto t0 = std::chrono::steady_clock::now();
+  NCCL_OK(ncclCommRevoke(c, NCCL_REVOKE_DEFAULT));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "revoke waited for the device timeout instead of stopping the kernel";
+  EXPECT_EQ(cudaStreamQuery(s), cudaSuccess) << "work of the revoked communicator is still running";
+  ncclResult_t async = ncclInternalError;
+  NCCL_OK(ncclCommGetAsyncError(c, &async));
+  EXPECT_EQ(async, ncclSuccess) << ncclGetLastError(c);
+  NCCL_OK(ncclCommRevoke(c, NCCL_REVOKE_DEFAULT));  // already revoked: nothing left to do
+  EXPECT_EQ(ncclCommRevoke(c, 1), ncclInvalidArgument);
+
+  auto expectRevoked = [&](ncclResult_t r, const char* fn) {
+    EXPECT_EQ(r, ncclInvalidUsage) << fn;
+    const std::string text = ncclGetLastError(c);
+    EXPECT_NE(text.find(fn), std::string::npos) << text;
+    EXPECT_NE(text.find("revoked"), std::string::npos) << text;
+  };
+  expectRevoked(ncclAllReduce(buf, buf, N, ncclFloat32, ncclSum, c, s), "ncclAllReduce");
+  expectRevoked(ncclBroadcast(buf, buf, N, ncclFloat32, 0, c, s), "ncclBroadcast");
+  expectRevoked(ncclSend(buf, N, ncclFloat32, (me + 1) % n, c, s), "ncclSend");
+  void* handle = nullptr;
+  expectRevoked(ncclCommRegister(c, buf, N * sizeof(float), &handle), "ncclCommRegister");
+  ncclWindow_t win = nullptr;
+  expectRevoked(ncclCommWindowRegister(c, buf, N * sizeof(float), &win, NCCL_WIN_DEFAULT),
+                "ncclCommWindowRegister");
+  expectRevoked(ncclCommFinalize(c), "ncclCommFinalize");
+
+  ncclComm_t sub = nullptr;
+  NCCL_OK(ncclCommSplit(c, me % 2, me, &sub, nullptr));
+  ASSERT_NE(sub, nullptr);
+  std::vector<int> sameParity;
+  for (int q = 0; q < n; ++q)
+    if (q % 2 == me % 2) sameParity.push_back(q);
+  expectSumOverMembers(sub, sameParity, 4099);
+  NCCL_OK(ncclCommDestroy(sub));
+
+  if (me != last) {
+    ncclComm_t shrunk = nullptr;
+    int excluded = last;
+    NCCL_OK(ncclCommShrink(c, &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT));
+    ASSERT_NE(shrunk, nullptr);
+    std::vector<int> survivors(n - 1);
+    std::iota(survivors.begin(), survivors.end(), 0);
+    expectSumOverMembers(shrunk, survivors, 3001);
+    NCCL_OK(ncclCommDestroy(shrunk));
+  }
+  t0 = std::chrono::steady_clock::now();
+  NCCL_OK(ncclCommDestroy(c));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
+      << "destroying a revoked communicator waited for its peers";
+}
+
+// ncclGroupSimulateEnd: a group of allreduces and a send/recv ring gets a positive estimate that grows with a
+// second allreduce, and nothing runs (the stream stays idle, the outputs keep their poison, the input is
+// unchanged); the same group ended with ncclGroupEnd then gives the right results.
+TEST_F(NcclShim, GroupSimulateEndLaunchesNothingThenTheNextGroupRuns) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int n = worldSize(), me = rank();
+  const cudaStream_t s = stream();
+  ncclComm_t c = initAll();
+  ASSERT_NE(c, nullptr);
+  const size_t N = (1u << 18) + 5;
+  float* in = deviceFloats(N);
+  float* out = deviceFloats(N);
+  float* ring = deviceFloats(N);
+  const uint64_t seed = testSeed();
+  upload(in, input(seed, me, N));
+  poison(out, N);
+  poison(ring, N);
+  auto openGroup = [&](int allreduces) {
+    NCCL_OK(ncclGroupStart());
+    for (int k = 0; k < allreduces; ++k) NCCL_OK(ncclAllReduce(in, out, N, ncclFloat32, ncclSum, c, s));
+    NCCL_OK(ncclSend(in, N, ncclFloat32, (me + 1) % n, c, s));
+    NCCL_OK(ncclRecv(ring, N, ncclFloat32, (me + n - 1) % n, c, s));
+  };
+  ncclSimInfo_t one = NCCL_SIM_INFO_INITIALIZER, two = NCCL_SIM_INFO_INITIALIZER;
+  openGroup(1);
+  NCCL_OK(ncclGroupSimulateEnd(&one));
+  openGroup(2);
+  NCCL_OK(ncclGroupSimulateEnd(&two));
+  EXPECT_EQ(cudaStreamQuery(s), cudaSuccess) << "ncclGroupSimulateEnd enqueued work";
+  EXPECT_TRUE(std::isfinite(one.estimatedTime));
+  EXPECT_GT(one.estimatedTime, 0.f);
+  EXPECT_LT(one.estimatedTime, 1e4f) << "1 MiB allreduce and a 1 MiB ring estimated above 10 ms";
+  EXPECT_GT(two.estimatedTime, one.estimatedTime) << "a second allreduce added nothing";
+
+  auto expectUntouched = [&](const float* d, const char* what) {
+    size_t written = 0;
+    for (float v : download(d, N)) written += std::isnan(v) ? 0 : 1;
+    EXPECT_EQ(written, 0u) << what << ": the simulated group wrote into it";
+  };
+  expectUntouched(out, "allreduce output");
+  expectUntouched(ring, "ring receive buffer");
+  std::string first;
+  EXPECT_EQ(mismatches(download(in, N), input(seed, me, N), &first), 0u) << "input changed: " << first;
+
+  openGroup(1);
+  NCCL_OK(ncclGroupEnd());
+  std::vector<float> sum(N, 0.f);
+  for (int q = 0; q < n; ++q)
+    for (size_t i = 0; i < N; ++i) sum[i] += value(seed, q, i);
+  EXPECT_EQ(mismatches(download(out, N), sum, &first), 0u) << "allreduce after the simulation: " << first;
+  EXPECT_EQ(mismatches(download(ring, N), input(seed, (me + n - 1) % n, N), &first), 0u)
+      << "ring after the simulation: " << first;
+  NCCL_OK(ncclCommDestroy(c));
 }
 
 // ncclCommInitAll over every GPU of this machine, in rank 0's process only (the other ranks have nothing to
