@@ -7,8 +7,8 @@
 # Steps: build (libmeshcomm, _meshcomm, _torch_backend: the meshcomm_python target, Release, all cores) ->
 # the c10d pytest suite under torchrun (every op vs a host reference, sync/async, graph capture, subgroups,
 # errors) -> the package's pytest (tests/python: CPU and GPU, compile_native included) -> the three
-# examples/torch/ -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm (losses
-# rel. diff <= 1e-3, step time ratio) -> bench/torch/megatron_losses.py: a Megatron-core GPT, tensor +
+# examples/torch/ -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm in one process
+# taking turns step by step (--paired; losses rel. diff <= 1e-3, step time ratio) -> bench/torch/megatron_losses.py: a Megatron-core GPT, tensor +
 # sequence parallel over all ranks, NCCL vs meshcomm (same limits; SKIP when megatron-core does not import)
 # -> bench/torch/moe_alltoall_soak.py (10^4 calls with changing splits, memory flat) ->
 # bench/torch/host_overhead.py (torch call over the raw call <= 5 us). A failed step is recorded and the
@@ -17,8 +17,9 @@
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
 # the first of python3, /opt/torch/.venv/bin/python that imports torch), BUILD_DIR (default REPO/build-torch),
 # JOBS, PREBUILT=1 (use BUILD_DIR as it is), NPROC (ranks; default: all GPUs), STEP_TIME_RATIO (the step
-# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TRAIN_RUNS (DDP/FSDP2/
-# Megatron runs per stack, alternated; the ratio compares the medians of the runs' median step times; default 3),
+# time limit of meshcomm over NCCL, default 1.0; 0 reports the ratio without failing on it), TRAIN_RUNS (DDP/FSDP2
+# paired runs, Megatron runs per stack alternated; the ratio compares the medians of the runs' median step
+# times; default 3),
 # TORCH_CHECKS (a subset of
 # "c10d package examples train megatron moe overhead" to run after the build, so the checks fit several
 # shorter calls).
@@ -117,10 +118,28 @@ compare_stacks() {
   record "$name-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$log" | tail -1)"
 }
 
+# compare_paired LOG NAME SCRIPT [ARGS...]: TRAIN_RUNS runs of SCRIPT --paired (both stacks in one process,
+# stepping in turns on the same batches: host drift between processes, which moved this host-bound step by
+# +-10%, hits both alike), then the same --compare as compare_stacks.
+compare_paired() {
+  local log=$1 name=$2 script=$3
+  shift 3
+  local files_nccl="" files_meshcomm="" run
+  for ((run = 1; run <= ${TRAIN_RUNS:-3}; ++run)); do
+    run_step "$log" timeout 300 "${TORCHRUN[@]}" "$script" "$@" --paired --out "$TMP/$name-nccl-$run.json" \
+      --out-b "$TMP/$name-meshcomm-$run.json"
+    files_nccl+="${files_nccl:+,}$TMP/$name-nccl-$run.json"
+    files_meshcomm+="${files_meshcomm:+,}$TMP/$name-meshcomm-$run.json"
+  done
+  run_step "$log" "$PY" "$script" --compare "$files_nccl" "$files_meshcomm" --rtol 1e-3 \
+    --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
+  record "$name-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$log" | tail -1)"
+}
+
 : >"$OUT/train.log"
 for par in ddp fsdp2; do
   want train || break
-  compare_stacks "$OUT/train.log" "$par" "$REPO/bench/torch/train_losses.py" --parallel "$par"
+  compare_paired "$OUT/train.log" "$par" "$REPO/bench/torch/train_losses.py" --parallel "$par"
 done
 
 # ---- Megatron-core tensor + sequence parallelism: losses and step time, NCCL vs meshcomm ---------------
