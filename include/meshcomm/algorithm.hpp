@@ -139,6 +139,8 @@ class AlgorithmCollection {
  public:
   // Names are unique; adding a second algorithm with an existing name throws.
   void add(std::shared_ptr<Algorithm> algorithm);
+  // Throws what add() would throw for `algorithm` (null, empty name, name taken); adds nothing.
+  void checkAddable(const Algorithm* algorithm) const;
   std::shared_ptr<Algorithm> find(const std::string& name) const;  // null if absent
   // In registration order (the fallback preference order of the selector).
   std::vector<std::shared_ptr<Algorithm>> forCollective(Collective c) const;

@@ -93,13 +93,17 @@ bool CollectiveArgs::inPlace(int rank) const {
   }
 }
 
-void AlgorithmCollection::add(std::shared_ptr<Algorithm> algorithm) {
+void AlgorithmCollection::checkAddable(const Algorithm* algorithm) const {
   MESHCOMM_REQUIRE(algorithm != nullptr, "AlgorithmCollection::add: null algorithm");
   const std::string name = algorithm->name();
   MESHCOMM_REQUIRE(!name.empty(), "AlgorithmCollection::add: an algorithm of ",
                    collectiveName(algorithm->collective()), " has an empty name");
   MESHCOMM_REQUIRE(find(name) == nullptr, "AlgorithmCollection::add: an algorithm named '", name,
                    "' is already registered");
+}
+
+void AlgorithmCollection::add(std::shared_ptr<Algorithm> algorithm) {
+  checkAddable(algorithm.get());
   algorithms_.push_back(std::move(algorithm));
 }
 

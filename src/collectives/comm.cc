@@ -425,10 +425,12 @@ AlgorithmCollection& Comm::algorithms() {
   return impl_->algorithms;
 }
 
+// Set up before it becomes selectable: a failed initialize (e.g. during a CUDA graph capture, where device
+// allocation is not allowed) leaves the collection as it was, and the call can be repeated.
 void Comm::addAlgorithm(std::shared_ptr<Algorithm> algorithm) {
-  Algorithm& a = *algorithm;
+  impl_->algorithms.checkAddable(algorithm.get());
+  impl_->initialize(*algorithm);
   impl_->algorithms.add(std::move(algorithm));
-  impl_->initialize(a);
   impl_->rebuildPlan();
 }
 

@@ -156,6 +156,17 @@ class Collectives : public GpuTest {
     ASSERT_EQ(cc().size(), worldSize());
   }
 
+  // A Comm of its own over a new bootstrap (collective: every rank calls it), for tests that change or
+  // close it.
+  std::unique_ptr<Comm> freshComm() {
+    UniqueId id;
+    if (rank() == 0) id = TcpBootstrap::createUniqueId(worldSize());
+    bootstrap().broadcast(id.bytes.data(), id.bytes.size(), 0);
+    CommConfig cfg;
+    cfg.cudaDevice = comm().cudaDevice();
+    return std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank(), worldSize(), id), cfg);
+  }
+
   void TearDown() override {
     if (!process().expectKill && commSlot()) {
       bool broken = false;
@@ -1228,14 +1239,6 @@ TEST_F(Collectives, BarrierWaitsForTheSlowestRank) {
 // are refused. With a blocking agreement inside the destructor alone this deadlocks (until the timeout).
 TEST_F(Collectives, CommsClosedInDifferentOrdersOnDifferentRanks) {
   if (worldSize() < 2) GTEST_SKIP() << "needs 2 ranks";
-  auto freshComm = [&] {
-    UniqueId id;
-    if (rank() == 0) id = TcpBootstrap::createUniqueId(worldSize());
-    bootstrap().broadcast(id.bytes.data(), id.bytes.size(), 0);
-    CommConfig cfg;
-    cfg.cudaDevice = comm().cudaDevice();
-    return std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank(), worldSize(), id), cfg);
-  };
   std::unique_ptr<Comm> a = freshComm();
   std::unique_ptr<Comm> b = freshComm();
   constexpr size_t kCount = 4099;
@@ -1264,6 +1267,54 @@ TEST_F(Collectives, CommsClosedInDifferentOrdersOnDifferentRanks) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(s, 20.0) << "rank " << rank() << ": the teardown waited for a peer tearing down another Comm";
   MESHCOMM_CUDA_CHECK(cudaFree(buf));
+}
+
+// An allreduce algorithm whose setup allocates device memory (as a native algorithm's scratch does); never
+// selected (unsupported everywhere), never launched.
+class AllocatingSetupAlgorithm : public Algorithm {
+ public:
+  std::string name() const override { return "test_allocating_setup"; }
+  Collective collective() const override { return Collective::AllReduce; }
+  void initialize(CommResources&) override {
+    void* p = nullptr;
+    MESHCOMM_CUDA_CHECK(cudaMalloc(&p, 1 << 20));
+    MESHCOMM_CUDA_CHECK(cudaFree(p));
+  }
+  std::string unsupportedReason(const CollectiveArgs&, const CommTopology&) const override {
+    return "a test algorithm";
+  }
+  LaunchConfig defaultConfig(const CollectiveArgs&, const CommTopology&) const override { return {}; }
+  void launch(CommResources&, const CollectiveArgs&, const LaunchConfig&, void*) override {
+    MESHCOMM_THROW(ErrorCode::InternalError, "test_allocating_setup is never launched");
+  }
+};
+
+// Adding an algorithm while this thread captures a CUDA graph (global mode: device allocation is not
+// allowed) fails with a message saying to set up before capture, leaves the collection unchanged, and the
+// same algorithm can be added once the capture is over.
+TEST_F(Collectives, AddAlgorithmDuringCaptureFailsCleanlyAndCanBeRepeated) {
+  std::unique_ptr<Comm> c = freshComm();
+  cudaStream_t s = nullptr;
+  MESHCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  MESHCOMM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  std::string message;
+  try {
+    c->addAlgorithm(std::make_shared<AllocatingSetupAlgorithm>());
+  } catch (const Error& e) {
+    message = e.what();
+  }
+  cudaGraph_t g = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &g);  // invalidated by the refused allocation
+  if (g) MESHCOMM_CUDA_CHECK(cudaGraphDestroy(g));
+  (void)cudaGetLastError();
+  EXPECT_NE(end, cudaSuccess) << "the capture should have been invalidated";
+  for (const char* part : {"rank ", "test_allocating_setup", "before capture"})
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' not in: " << message;
+  EXPECT_EQ(c->algorithms().find("test_allocating_setup"), nullptr) << "a failed add left the algorithm in";
+  c->addAlgorithm(std::make_shared<AllocatingSetupAlgorithm>());
+  EXPECT_NE(c->algorithms().find("test_allocating_setup"), nullptr);
+  MESHCOMM_CUDA_CHECK(cudaStreamDestroy(s));
+  c.reset();
 }
 
 // ---------------------------------------------------------------------------------------------------------

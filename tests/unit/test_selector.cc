@@ -326,6 +326,36 @@ TEST(AlgorithmCollectionTest, AddFindAndOrder) {
   expectErrorContains([&] { c.add(std::make_shared<FakeAlgorithm>("mid", Collective::Reduce)); },
                       {"'mid'", "already registered"});
   expectErrorContains([&] { c.add(nullptr); }, {"null"});
+  // checkAddable: the same verdicts, nothing added (Comm::addAlgorithm checks before it initializes).
+  const FakeAlgorithm taken("mid", Collective::Reduce), fresh("fresh", Collective::Reduce);
+  expectErrorContains([&] { c.checkAddable(&taken); }, {"'mid'", "already registered"});
+  expectErrorContains([&] { c.checkAddable(nullptr); }, {"null"});
+  c.checkAddable(&fresh);
+  EXPECT_EQ(c.find("fresh"), nullptr);
+  EXPECT_EQ(c.all().size(), 4u);
+}
+
+TEST(CudaErrorText, CaptureErrorsSayWhatToDo) {
+  // The text of the CudaError a failed check throws.
+  auto cudaErrorText = [](const std::function<void()>& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::CudaError);
+      return e.what();
+    }
+    ADD_FAILURE() << "no throw";
+    return {};
+  };
+  // cudaErrorStreamCaptureUnsupported (900): what a device allocation during a graph capture returns.
+  const std::string runtime = cudaErrorText([] { MESHCOMM_CUDA_CHECK(900); });
+  const std::string driver = cudaErrorText([] { MESHCOMM_CU_CHECK(908); });
+  const std::string other = cudaErrorText([] { MESHCOMM_CUDA_CHECK(2); });  // cudaErrorMemoryAllocation
+  EXPECT_NE(runtime.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << runtime;
+  EXPECT_NE(runtime.find("before capture"), std::string::npos) << runtime;
+  EXPECT_NE(driver.find("CUresult 908"), std::string::npos) << driver;
+  EXPECT_NE(driver.find("before capture"), std::string::npos) << driver;
+  EXPECT_EQ(other.find("capture"), std::string::npos) << other;
 }
 
 }  // namespace
