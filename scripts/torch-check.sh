@@ -8,11 +8,11 @@
 # the c10d pytest suite under torchrun (every op vs a host reference, sync/async, graph capture, subgroups,
 # errors) -> the package's pytest (tests/python: CPU and GPU, compile_native included) -> the three
 # examples/torch/ -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm in one process
-# taking turns step by step (--paired; losses rel. diff <= 1e-3, step time ratio) -> bench/torch/megatron_losses.py: a Megatron-core GPT, tensor +
-# sequence parallel over all ranks, NCCL vs meshcomm (same limits; SKIP when megatron-core does not import)
-# -> bench/torch/moe_alltoall_soak.py (10^4 calls with changing splits, memory flat) ->
-# bench/torch/host_overhead.py (torch call over the raw call <= 5 us). A failed step is recorded and the
-# script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log train.log
+# taking turns step by step (compare_stacks --paired; losses rel. diff <= 1e-3, step time ratio) ->
+# bench/torch/megatron_losses.py: a Megatron-core GPT, tensor + sequence parallel over all ranks, NCCL vs
+# meshcomm (same limits; SKIP when megatron-core does not import) -> bench/torch/moe_alltoall_soak.py (10^4
+# calls with changing splits, memory flat) -> bench/torch/host_overhead.py (torch call over the raw call
+# <= 5 us). A failed step is recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log train.log
 # megatron.log moe.log overhead.log summary.md.
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
 # the first of python3, /opt/torch/.venv/bin/python that imports torch), BUILD_DIR (default REPO/build-torch),
@@ -99,47 +99,46 @@ for example in c10d_backend algorithm_execute native_algorithm; do
 done
 
 # ---- DDP and FSDP2: losses and step time, NCCL vs meshcomm ---------------------------------------------
-# compare_stacks LOG NAME SCRIPT [ARGS...]: TRAIN_RUNS runs of SCRIPT per stack, alternated (nccl, meshcomm,
-# nccl, ...), then SCRIPT --compare: losses within 1e-3 of NCCL's first run; the step time of each side is the
-# median of its runs' medians, so one slow process on either side does not decide the ratio.
-compare_stacks() {
-  local log=$1 name=$2 script=$3
-  shift 3
-  local files_nccl="" files_meshcomm="" run be
-  for ((run = 1; run <= ${TRAIN_RUNS:-3}; ++run)); do
-    for be in nccl meshcomm; do
-      run_step "$log" timeout 300 "${TORCHRUN[@]}" "$script" "$@" --backend "$be" --out "$TMP/$name-$be-$run.json"
-      if [[ $be == nccl ]]; then files_nccl+="${files_nccl:+,}$TMP/$name-$be-$run.json"
-      else files_meshcomm+="${files_meshcomm:+,}$TMP/$name-$be-$run.json"; fi
-    done
-  done
-  run_step "$log" "$PY" "$script" --compare "$files_nccl" "$files_meshcomm" --rtol 1e-3 \
-    --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
-  record "$name-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$log" | tail -1)"
+# The result files of the TRAIN_RUNS runs of stack BE in comparison NAME, comma-separated (SCRIPT --compare
+# takes such lists).
+run_files() {
+  local name=$1 be=$2 run files=""
+  for ((run = 1; run <= ${TRAIN_RUNS:-3}; ++run)); do files+="${files:+,}$TMP/$name-$be-$run.json"; done
+  echo "$files"
 }
 
-# compare_paired LOG NAME SCRIPT [ARGS...]: TRAIN_RUNS runs of SCRIPT --paired (both stacks in one process,
-# stepping in turns on the same batches: host drift between processes, which moved this host-bound step by
-# +-10%, hits both alike), then the same --compare as compare_stacks.
-compare_paired() {
-  local log=$1 name=$2 script=$3
+# compare_stacks [--paired] LOG NAME SCRIPT [ARGS...]: TRAIN_RUNS runs of SCRIPT per stack, alternated (nccl,
+# meshcomm, nccl, ...), or with --paired TRAIN_RUNS runs of SCRIPT --paired (both stacks in one process,
+# stepping in turns on the same batches: host drift between processes, which moved the host-bound DDP/FSDP2
+# step by +-10%, then hits both alike); then SCRIPT --compare: losses within 1e-3 of NCCL's first run; the
+# step time of each side is the median of its runs' medians, so one slow process does not decide the ratio.
+compare_stacks() {
+  local paired=0
+  if [[ $1 == --paired ]]; then
+    paired=1
+    shift
+  fi
+  local log=$1 name=$2 script=$3 run be
   shift 3
-  local files_nccl="" files_meshcomm="" run
   for ((run = 1; run <= ${TRAIN_RUNS:-3}; ++run)); do
-    run_step "$log" timeout 300 "${TORCHRUN[@]}" "$script" "$@" --paired --out "$TMP/$name-nccl-$run.json" \
-      --out-b "$TMP/$name-meshcomm-$run.json"
-    files_nccl+="${files_nccl:+,}$TMP/$name-nccl-$run.json"
-    files_meshcomm+="${files_meshcomm:+,}$TMP/$name-meshcomm-$run.json"
+    if ((paired)); then
+      run_step "$log" timeout 300 "${TORCHRUN[@]}" "$script" "$@" --paired --out "$TMP/$name-nccl-$run.json" \
+        --out-b "$TMP/$name-meshcomm-$run.json"
+    else
+      for be in nccl meshcomm; do
+        run_step "$log" timeout 300 "${TORCHRUN[@]}" "$script" "$@" --backend "$be" --out "$TMP/$name-$be-$run.json"
+      done
+    fi
   done
-  run_step "$log" "$PY" "$script" --compare "$files_nccl" "$files_meshcomm" --rtol 1e-3 \
-    --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
+  run_step "$log" "$PY" "$script" --compare "$(run_files "$name" nccl)" "$(run_files "$name" meshcomm)" \
+    --rtol 1e-3 --max-time-ratio "${STEP_TIME_RATIO:-1.0}"
   record "$name-vs-nccl" "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ steps: .*' "$log" | tail -1)"
 }
 
 : >"$OUT/train.log"
 for par in ddp fsdp2; do
   want train || break
-  compare_paired "$OUT/train.log" "$par" "$REPO/bench/torch/train_losses.py" --parallel "$par"
+  compare_stacks --paired "$OUT/train.log" "$par" "$REPO/bench/torch/train_losses.py" --parallel "$par"
 done
 
 # ---- Megatron-core tensor + sequence parallelism: losses and step time, NCCL vs meshcomm ---------------
