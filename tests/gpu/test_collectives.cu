@@ -683,6 +683,35 @@ TEST_F(Collectives, LargeF32Bf16Sum) {
   runCases(cases, send, recv);
 }
 
+// reduce_direct over its whole range (the matrices stop at 128 KiB; it is built for up to 1 MiB): every
+// dtype, sum / max / premulsum with a device scalar, odd counts, the root changing every call (its region
+// halves must stay safe across root changes), unaligned offsets, in and out of place, null on non-roots.
+TEST_F(Collectives, ReduceDirectUpToItsRegion) {
+  ScopedAlgorithm forced(cc(), Collective::Reduce, "reduce_direct");
+  CollectiveArgs probe;
+  probe.collective = Collective::Reduce;
+  probe.dtype = DataType::BF16;
+  probe.count = (1u << 20) / 2;
+  probe.input = reinterpret_cast<const void*>(0x1000);
+  probe.output = reinterpret_cast<void*>(0x2000);
+  ASSERT_EQ(cc().select(probe).algorithm->name(), "reduce_direct") << "1 MiB must fit reduce_direct's region";
+  Rng rng(testSeed() + 29);
+  std::vector<Case> cases;
+  for (DataType t : kAllDataTypes) {
+    const uint64_t es = dtypeInfo(t).size;
+    for (uint64_t count : {(64ull << 10) / es + 3, (256ull << 10) / es - 1, (1ull << 20) / es})
+      for (const RedCase& rc : {RedCase{ReduceOp::Sum, false}, RedCase{ReduceOp::Max, false},
+                                RedCase{ReduceOp::PreMulSum, true}}) {
+        Case c = randomCase(Collective::Reduce, t, count, rng.next() % 2, cases.size(), worldSize(), rng);
+        c.red = rc;
+        cases.push_back(c);
+      }
+  }
+  auto& send = keep<GuardedBuffer>(1ull << 20);
+  auto& recv = keep<GuardedBuffer>(1ull << 20);
+  runCases(cases, send, recv);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // alltoallv: random splits (zeros included) that change every call, host and device counts
 // ---------------------------------------------------------------------------------------------------------

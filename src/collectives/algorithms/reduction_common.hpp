@@ -173,5 +173,6 @@ std::shared_ptr<Algorithm> makeReduceScatterScratch();
 std::shared_ptr<Algorithm> makeReduceLL();
 std::shared_ptr<Algorithm> makeReduceScratch();
 std::shared_ptr<Algorithm> makeReduceChain();
+std::shared_ptr<Algorithm> makeReduceDirect();
 
 }  // namespace meshcomm::reduction
