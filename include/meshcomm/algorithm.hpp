@@ -84,6 +84,22 @@ struct CollectiveArgs {
   cudaStream_t stream = nullptr;
   bool capturing = false;  // the stream is being captured into a CUDA graph (set by Comm)
 
+  // A call of a collective with a count (not alltoallv, sendrecv or barrier); `op` for reductions, `root`
+  // for rooted collectives.
+  static CollectiveArgs of(Collective collective, const void* input, void* output, size_t count,
+                           DataType dtype, cudaStream_t stream, ReduceOpSpec op = {}, int root = 0) {
+    CollectiveArgs a;
+    a.collective = collective;
+    a.input = input;
+    a.output = output;
+    a.count = count;
+    a.dtype = dtype;
+    a.op = op;
+    a.root = root;
+    a.stream = stream;
+    return a;
+  }
+
   // nccl-tests "size": the larger of the bytes one rank sends or receives (alltoallv: the host-side max
   // where known, else the output capacity the caller declared through recvCounts when on the host).
   size_t messageBytes(int nRanks) const;

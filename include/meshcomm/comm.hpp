@@ -3,6 +3,8 @@
 // validates its arguments (errors name rank, operation and argument), selects an algorithm and enqueues
 // it: no host synchronisation or allocation on the steady path, so every call can be captured in a CUDA
 // graph. Device-side failures (a peer that stopped) surface through checkError() and on the next call.
+// The typed calls are CollectiveArgs built for launch(args); check() and launch(CheckedCall) split that
+// path in two for callers that validate at the call and launch later (the NCCL shim's groups).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +25,27 @@ namespace meshcomm {
 struct CommConfig {
   int cudaDevice = -1;  // -1: the current device
   CommResourcesConfig resources;
+};
+
+class Comm;
+
+// A call validated by Comm::check or Comm::checkP2P: that Comm's launch(CheckedCall) runs it without
+// validating it again. Only a Comm makes one; it holds a copy of the arguments.
+class CheckedCall {
+ public:
+  const CollectiveArgs& args() const { return args_; }
+  // A send or receive (args().collective is SendRecv): p2p() is the operation, its count in elements of
+  // args().dtype.
+  bool isP2P() const { return args_.collective == Collective::SendRecv; }
+  const P2POp& p2p() const { return p2p_; }
+
+ private:
+  friend class Comm;
+  CheckedCall(const Comm* comm, const CollectiveArgs& args, const P2POp& p2p)
+      : comm_(comm), args_(args), p2p_(p2p) {}
+  const Comm* comm_;
+  CollectiveArgs args_;
+  P2POp p2p_;
 };
 
 class Comm {
@@ -72,6 +95,16 @@ class Comm {
   void groupEnd();
   // A device-side barrier of all ranks on `stream`.
   void barrier(cudaStream_t stream);
+
+  // Runs any collective but SendRecv (that is send/recv) as its typed call does: launch(check(args)).
+  void launch(const CollectiveArgs& args);
+  // Validates a collective call (not SendRecv) with this Comm, as launch(args) does; launches nothing.
+  CheckedCall check(const CollectiveArgs& args) const;
+  // Validates one send or receive (p2p.count in elements of dtype), as send()/recv() do; launches nothing.
+  CheckedCall checkP2P(const P2POp& p2p, DataType dtype, cudaStream_t stream) const;
+  // Runs a call this Comm checked, without validating it again: a collective at once, a send or receive as
+  // send()/recv() (collected while a group is open).
+  void launch(const CheckedCall& call);
 
   // Registered buffers (collective: every rank, same order; not during graph capture). Registers this rank's
   // [buffer, buffer + bytes) of device memory on this GPU (cudaMalloc or cuMem, e.g. a torch tensor's

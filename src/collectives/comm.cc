@@ -99,15 +99,15 @@ class Comm::Impl {
   }
   void initialize(Algorithm& algorithm);
 
-  // validate → no-op check → device error → capture → select → context → launch.
-  void collective(const char* op, CollectiveArgs& args);
-  // The part after validation (groupEnd runs it on operations validated one by one).
+  // The part after validation (launch, run, and groupEnd on operations validated one by one): closing →
+  // device error → capture → select → context → launch.
   void launchSelected(const char* op, CollectiveArgs& args, const Selection* forcedSelection);
   // Where the call's buffers lie in registered buffers (allreduce; a host lookup, no synchronisation).
   void findSpans(CollectiveArgs& args) const;
 
-  void addP2P(P2POp::Kind kind, const void* buffer, size_t count, DataType dtype, int peer,
-              cudaStream_t stream);
+  // One validated send or receive (count in elements of dtype): alone, or into the open group.
+  void sendOrRecv(const P2POp& p2p, DataType dtype, cudaStream_t stream);
+  void addP2P(const P2POp& p2p, DataType dtype, cudaStream_t stream);
   void flushGroup();
 
   std::unique_ptr<Communicator> communicator;
@@ -201,14 +201,8 @@ void Comm::Impl::initialize(Algorithm& algorithm) {
   }
 }
 
-void Comm::Impl::collective(const char* op, CollectiveArgs& args) {
-  validateCollective(validation(), op, args);
-  if (isNoOp(args)) return;
-  findSpans(args);
-  launchSelected(op, args, nullptr);
-}
-
 void Comm::Impl::findSpans(CollectiveArgs& args) const {
+  args.inputSpan = args.outputSpan = RegisteredSpan{};  // set by Comm only (CollectiveArgs)
   const BufferRegistry& registry = resources->registry();
   if (registry.count() == 0 || args.collective != Collective::AllReduce) return;
   const size_t bytes = args.count * dataTypeSize(args.dtype);
@@ -228,20 +222,30 @@ void Comm::Impl::launchSelected(const char* op, CollectiveArgs& args, const Sele
   algorithm.launch(*resources, args, config, context);
 }
 
-void Comm::Impl::addP2P(P2POp::Kind kind, const void* buffer, size_t count, DataType dtype, int peer,
-                        cudaStream_t stream) {
-  const char* op = kind == P2POp::Send ? "send" : "recv";
-  validateP2P(validation(), op, buffer, count, dtype, peer);
-  if (count == 0) return;
+void Comm::Impl::sendOrRecv(const P2POp& p2p, DataType dtype, cudaStream_t stream) {
+  groupDepth++;
+  try {
+    addP2P(p2p, dtype, stream);
+  } catch (...) {
+    groupDepth--;
+    if (groupDepth == 0) groupOps.clear();
+    throw;
+  }
+  if (--groupDepth == 0) flushGroup();
+}
+
+void Comm::Impl::addP2P(const P2POp& p2p, DataType dtype, cudaStream_t stream) {
+  if (p2p.count == 0) return;
   if (groupOps.empty()) {
     groupStream = stream;
   } else if (stream != groupStream) {
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", topo().rank, ": ", op,
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", topo().rank, ": ",
+                   p2p.kind == P2POp::Send ? "send" : "recv",
                    ": stream: differs from the stream of "
                    "the group's first operation (every operation of a group must use the same stream)");
   }
   // Groups may mix dtypes: the SendRecv collective carries bytes (dtype uint8).
-  groupOps.push_back(P2POp{kind, peer, const_cast<void*>(buffer), count * dataTypeSize(dtype)});
+  groupOps.push_back(P2POp{p2p.kind, p2p.peer, p2p.buffer, p2p.count * dataTypeSize(dtype)});
 }
 
 void Comm::Impl::flushGroup() {
@@ -304,100 +308,57 @@ CommResources& Comm::resources() const {
 
 void Comm::allReduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op,
                      cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::AllReduce;
-  a.input = send, a.output = recv, a.count = count, a.dtype = dtype, a.op = op, a.stream = stream;
-  impl_->collective("allreduce", a);
+  launch(CollectiveArgs::of(Collective::AllReduce, send, recv, count, dtype, stream, op));
 }
 
 void Comm::allGather(const void* send, void* recv, size_t sendCount, DataType dtype, cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::AllGather;
-  a.input = send, a.output = recv, a.count = sendCount, a.dtype = dtype, a.stream = stream;
-  impl_->collective("allgather", a);
+  launch(CollectiveArgs::of(Collective::AllGather, send, recv, sendCount, dtype, stream));
 }
 
 void Comm::reduceScatter(const void* send, void* recv, size_t recvCount, DataType dtype, ReduceOpSpec op,
                          cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::ReduceScatter;
-  a.input = send, a.output = recv, a.count = recvCount, a.dtype = dtype, a.op = op, a.stream = stream;
-  impl_->collective("reduce_scatter", a);
+  launch(CollectiveArgs::of(Collective::ReduceScatter, send, recv, recvCount, dtype, stream, op));
 }
 
 void Comm::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root,
                      cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::Broadcast;
-  a.input = send, a.output = recv, a.count = count, a.dtype = dtype, a.root = root, a.stream = stream;
-  impl_->collective("broadcast", a);
+  launch(CollectiveArgs::of(Collective::Broadcast, send, recv, count, dtype, stream, {}, root));
 }
 
 void Comm::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOpSpec op, int root,
                   cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::Reduce;
-  a.input = send, a.output = recv, a.count = count, a.dtype = dtype, a.op = op, a.root = root,
-  a.stream = stream;
-  impl_->collective("reduce", a);
+  launch(CollectiveArgs::of(Collective::Reduce, send, recv, count, dtype, stream, op, root));
 }
 
 void Comm::gather(const void* send, void* recv, size_t sendCount, DataType dtype, int root,
                   cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::Gather;
-  a.input = send, a.output = recv, a.count = sendCount, a.dtype = dtype, a.root = root, a.stream = stream;
-  impl_->collective("gather", a);
+  launch(CollectiveArgs::of(Collective::Gather, send, recv, sendCount, dtype, stream, {}, root));
 }
 
 void Comm::scatter(const void* send, void* recv, size_t recvCount, DataType dtype, int root,
                    cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::Scatter;
-  a.input = send, a.output = recv, a.count = recvCount, a.dtype = dtype, a.root = root, a.stream = stream;
-  impl_->collective("scatter", a);
+  launch(CollectiveArgs::of(Collective::Scatter, send, recv, recvCount, dtype, stream, {}, root));
 }
 
 void Comm::allToAll(const void* send, void* recv, size_t countPerPeer, DataType dtype, cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = Collective::AllToAll;
-  a.input = send, a.output = recv, a.count = countPerPeer, a.dtype = dtype, a.stream = stream;
-  impl_->collective("alltoall", a);
+  launch(CollectiveArgs::of(Collective::AllToAll, send, recv, countPerPeer, dtype, stream));
 }
 
 void Comm::allToAllv(const void* send, const size_t* sendCounts, const size_t* sendDispls, void* recv,
                      const size_t* recvCounts, const size_t* recvDispls, DataType dtype, cudaStream_t stream,
                      CountsLocation where) {
-  CollectiveArgs a;
-  a.collective = Collective::AllToAllv;
-  a.input = send, a.output = recv, a.dtype = dtype, a.stream = stream;
+  CollectiveArgs a = CollectiveArgs::of(Collective::AllToAllv, send, recv, 0, dtype, stream);
   a.sendCounts = sendCounts, a.sendDispls = sendDispls, a.recvCounts = recvCounts, a.recvDispls = recvDispls;
   a.countsLocation = where;
-  impl_->collective("alltoallv", a);
+  launch(a);
 }
 
 void Comm::send(const void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream) {
-  groupStart();
-  try {
-    impl_->addP2P(P2POp::Send, buffer, count, dtype, peer, stream);
-  } catch (...) {
-    impl_->groupDepth--;
-    if (impl_->groupDepth == 0) impl_->groupOps.clear();
-    throw;
-  }
-  groupEnd();
+  launch(checkP2P(P2POp{P2POp::Send, peer, const_cast<void*>(buffer), count}, dtype, stream));
 }
 
 void Comm::recv(void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream) {
-  groupStart();
-  try {
-    impl_->addP2P(P2POp::Recv, buffer, count, dtype, peer, stream);
-  } catch (...) {
-    impl_->groupDepth--;
-    if (impl_->groupDepth == 0) impl_->groupOps.clear();
-    throw;
-  }
-  groupEnd();
+  launch(checkP2P(P2POp{P2POp::Recv, peer, buffer, count}, dtype, stream));
 }
 
 void Comm::groupStart() {
@@ -414,7 +375,38 @@ void Comm::barrier(cudaStream_t stream) {
   a.collective = Collective::Barrier;
   a.dtype = DataType::U8;
   a.stream = stream;
-  impl_->collective("barrier", a);
+  launch(a);
+}
+
+void Comm::launch(const CollectiveArgs& args) {
+  launch(check(args));
+}
+
+CheckedCall Comm::check(const CollectiveArgs& args) const {
+  MESHCOMM_REQUIRE(args.collective != Collective::SendRecv, "rank ", rank(),
+                   ": sendrecv: collective: point-to-point operations run through send/recv (checkP2P)");
+  validateCollective(impl_->validation(), collectiveName(args.collective), args);
+  return CheckedCall(this, args, P2POp{});
+}
+
+CheckedCall Comm::checkP2P(const P2POp& p2p, DataType dtype, cudaStream_t stream) const {
+  validateP2P(impl_->validation(), p2p.kind == P2POp::Send ? "send" : "recv", p2p.buffer, p2p.count, dtype,
+              p2p.peer);
+  CollectiveArgs a;
+  a.collective = Collective::SendRecv;
+  a.dtype = dtype;
+  a.stream = stream;
+  return CheckedCall(this, a, p2p);
+}
+
+void Comm::launch(const CheckedCall& call) {
+  const char* op = collectiveName(call.args_.collective);
+  MESHCOMM_REQUIRE(call.comm_ == this, "rank ", rank(), ": ", op, ": the call was checked by another Comm");
+  if (call.isP2P()) return impl_->sendOrRecv(call.p2p_, call.args_.dtype, call.args_.stream);
+  CollectiveArgs a = call.args_;
+  if (isNoOp(a)) return;
+  impl_->findSpans(a);
+  impl_->launchSelected(op, a, nullptr);
 }
 
 void Comm::checkError() const {

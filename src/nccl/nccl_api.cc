@@ -29,6 +29,7 @@
 #include "nccl/nccl_types.hpp"
 
 using meshcomm::BufferRegistration;
+using meshcomm::CheckedCall;
 using meshcomm::Collective;
 using meshcomm::CollectiveArgs;
 using meshcomm::Comm;
@@ -89,12 +90,11 @@ struct DeferredInit {
   int rank;
   int device;
 };
-// A collective, or one send or receive (collective SendRecv, `p2p` with its count in elements of args.dtype).
+// A collective, or one send or receive, checked by its Comm at the call (CheckedCall: not checked again).
 struct QueuedOp {
   ncclComm* comm;
   const char* fn;
-  CollectiveArgs args;
-  P2POp p2p;
+  CheckedCall call;
 };
 struct GroupState {
   int depth = 0;
@@ -195,68 +195,36 @@ void requireNotRevoked(const ncclComm* comm) {
 // go into their Comm's group, opened on the first one; the caller closes the groups listed in `batches`.
 void launch(const QueuedOp& q, std::vector<ncclComm*>* batches) {
   Comm& c = *q.comm->comm;
-  const CollectiveArgs& a = q.args;
-  switch (a.collective) {
-    case Collective::AllReduce:
-      return c.allReduce(a.input, a.output, a.count, a.dtype, a.op, a.stream);
-    case Collective::Reduce:
-      return c.reduce(a.input, a.output, a.count, a.dtype, a.op, a.root, a.stream);
-    case Collective::Broadcast:
-      return c.broadcast(a.input, a.output, a.count, a.dtype, a.root, a.stream);
-    case Collective::ReduceScatter:
-      return c.reduceScatter(a.input, a.output, a.count, a.dtype, a.op, a.stream);
-    case Collective::AllGather:
-      return c.allGather(a.input, a.output, a.count, a.dtype, a.stream);
-    case Collective::AllToAll:
-      return c.allToAll(a.input, a.output, a.count, a.dtype, a.stream);
-    case Collective::Gather:
-      return c.gather(a.input, a.output, a.count, a.dtype, a.root, a.stream);
-    case Collective::Scatter:
-      return c.scatter(a.input, a.output, a.count, a.dtype, a.root, a.stream);
-    case Collective::SendRecv:
-      if (batches != nullptr && !q.comm->inGroup) {
-        c.groupStart();
-        q.comm->inGroup = true;
-        batches->push_back(q.comm);
-      }
-      if (q.p2p.kind == P2POp::Send) return c.send(q.p2p.buffer, q.p2p.count, a.dtype, q.p2p.peer, a.stream);
-      return c.recv(q.p2p.buffer, q.p2p.count, a.dtype, q.p2p.peer, a.stream);
-    default:
-      MESHCOMM_THROW(ErrorCode::InternalError, q.fn, ": collective ", collectiveName(a.collective),
-                     " cannot be queued");
+  if (q.call.isP2P() && batches != nullptr && !q.comm->inGroup) {
+    c.groupStart();
+    q.comm->inGroup = true;
+    batches->push_back(q.comm);
   }
+  c.launch(q.call);
 }
 
-// A collective or point-to-point call: launched now outside a group; inside one, checked as its Comm checks
-// it and collected for the outermost ncclGroupEnd (launched there) or ncclGroupSimulateEnd (estimated only).
-ncclResult_t submit(ncclComm* comm, const char* fn, const CollectiveArgs& args, const P2POp& p2p = {}) {
-  requireNotRevoked(comm);
-  const QueuedOp q{comm, fn, args, p2p};
+// A call its Comm checked: launched now outside a group; inside one, collected for the outermost ncclGroupEnd
+// (launched there, not checked again) or ncclGroupSimulateEnd (estimated only).
+ncclResult_t enqueue(QueuedOp q) {
   if (tGroup.depth == 0) {
     launch(q, nullptr);
     return ncclSuccess;
   }
-  const meshcomm::CudaPointerQuery pointers;
-  const meshcomm::ValidationContext ctx{comm->rank, comm->nRanks, comm->device, pointers};
-  if (args.collective == Collective::SendRecv)
-    meshcomm::validateP2P(ctx, p2p.kind == P2POp::Send ? "send" : "recv", p2p.buffer, p2p.count, args.dtype,
-                          p2p.peer);
-  else
-    meshcomm::validateCollective(ctx, collectiveName(args.collective), args);
-  tGroup.ops.push_back(q);
+  tGroup.ops.push_back(std::move(q));
   return ncclSuccess;
 }
 
-CollectiveArgs callArgs(Collective collective, const void* send, void* recv, size_t count, DataType dtype,
-                        cudaStream_t stream) {
-  CollectiveArgs a;
-  a.collective = collective;
-  a.input = send;
-  a.output = recv;
-  a.count = count;
-  a.dtype = dtype;
-  a.stream = stream;
-  return a;
+// A collective: checked by its Comm at the call (argument errors come from the call, inside a group too).
+ncclResult_t submit(ncclComm* comm, const char* fn, const CollectiveArgs& args) {
+  requireNotRevoked(comm);
+  return enqueue(QueuedOp{comm, fn, comm->comm->check(args)});
+}
+
+// A send or receive (p2p.count in elements of dtype), checked likewise.
+ncclResult_t submitP2P(ncclComm* comm, const char* fn, const P2POp& p2p, DataType dtype,
+                       cudaStream_t stream) {
+  requireNotRevoked(comm);
+  return enqueue(QueuedOp{comm, fn, comm->comm->checkP2P(p2p, dtype, stream)});
 }
 
 // Drops what this thread's open group holds for `comm` (it is being destroyed): operations, a deferred init.
@@ -580,8 +548,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const char* fn = "ncclAllReduce";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a =
-        callArgs(Collective::AllReduce, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    CollectiveArgs a = CollectiveArgs::of(Collective::AllReduce, sendbuff, recvbuff, count,
+                                          dtypeOf(comm, fn, datatype), stream);
     a.op = opOf(comm, fn, op, datatype);
     return submit(comm, fn, a);
   });
@@ -592,8 +560,8 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   const char* fn = "ncclReduce";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a =
-        callArgs(Collective::Reduce, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    CollectiveArgs a = CollectiveArgs::of(Collective::Reduce, sendbuff, recvbuff, count,
+                                          dtypeOf(comm, fn, datatype), stream);
     a.op = opOf(comm, fn, op, datatype);
     a.root = root;
     return submit(comm, fn, a);
@@ -605,8 +573,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   const char* fn = "ncclBroadcast";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a =
-        callArgs(Collective::Broadcast, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    CollectiveArgs a = CollectiveArgs::of(Collective::Broadcast, sendbuff, recvbuff, count,
+                                          dtypeOf(comm, fn, datatype), stream);
     a.root = root;
     return submit(comm, fn, a);
   });
@@ -623,8 +591,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const char* fn = "ncclReduceScatter";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a = callArgs(Collective::ReduceScatter, sendbuff, recvbuff, recvcount,
-                                dtypeOf(comm, fn, datatype), stream);
+    CollectiveArgs a = CollectiveArgs::of(Collective::ReduceScatter, sendbuff, recvbuff, recvcount,
+                                          dtypeOf(comm, fn, datatype), stream);
     a.op = opOf(comm, fn, op, datatype);
     return submit(comm, fn, a);
   });
@@ -635,9 +603,9 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
   const char* fn = "ncclAllGather";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    return submit(
-        comm, fn,
-        callArgs(Collective::AllGather, sendbuff, recvbuff, sendcount, dtypeOf(comm, fn, datatype), stream));
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::AllGather, sendbuff, recvbuff, sendcount,
+                                     dtypeOf(comm, fn, datatype), stream));
   });
 }
 
@@ -646,9 +614,9 @@ ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, nc
   const char* fn = "ncclAlltoAll";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    return submit(
-        comm, fn,
-        callArgs(Collective::AllToAll, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream));
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::AllToAll, sendbuff, recvbuff, count,
+                                     dtypeOf(comm, fn, datatype), stream));
   });
 }
 
@@ -657,8 +625,8 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
   const char* fn = "ncclGather";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a =
-        callArgs(Collective::Gather, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    CollectiveArgs a = CollectiveArgs::of(Collective::Gather, sendbuff, recvbuff, count,
+                                          dtypeOf(comm, fn, datatype), stream);
     a.root = root;
     return submit(comm, fn, a);
   });
@@ -669,8 +637,8 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncc
   const char* fn = "ncclScatter";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a =
-        callArgs(Collective::Scatter, sendbuff, recvbuff, count, dtypeOf(comm, fn, datatype), stream);
+    CollectiveArgs a = CollectiveArgs::of(Collective::Scatter, sendbuff, recvbuff, count,
+                                          dtypeOf(comm, fn, datatype), stream);
     a.root = root;
     return submit(comm, fn, a);
   });
@@ -681,9 +649,8 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
   const char* fn = "ncclSend";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    const CollectiveArgs a =
-        callArgs(Collective::SendRecv, sendbuff, nullptr, 0, dtypeOf(comm, fn, datatype), stream);
-    return submit(comm, fn, a, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count});
+    return submitP2P(comm, fn, P2POp{P2POp::Send, peer, const_cast<void*>(sendbuff), count},
+                     dtypeOf(comm, fn, datatype), stream);
   });
 }
 
@@ -692,9 +659,8 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
   const char* fn = "ncclRecv";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    const CollectiveArgs a =
-        callArgs(Collective::SendRecv, nullptr, recvbuff, 0, dtypeOf(comm, fn, datatype), stream);
-    return submit(comm, fn, a, P2POp{P2POp::Recv, peer, recvbuff, count});
+    return submitP2P(comm, fn, P2POp{P2POp::Recv, peer, recvbuff, count}, dtypeOf(comm, fn, datatype),
+                     stream);
   });
 }
 
@@ -782,15 +748,17 @@ ncclResult_t simulate(const std::vector<QueuedOp>& ops, ncclSimInfo_t* simInfo) 
       requireNotRevoked(q.comm);
       auto it = std::find_if(comms.begin(), comms.end(), [&](const PerComm& c) { return c.comm == q.comm; });
       PerComm& pc = it != comms.end() ? *it : comms.emplace_back(q.comm);
-      if (q.args.collective != Collective::SendRecv) {
-        if (!meshcomm::isNoOp(q.args))
-          pc.us += launchEstimate(*q.comm, q.args, q.args.messageBytes(q.comm->nRanks));
+      const CollectiveArgs& args = q.call.args();
+      if (!q.call.isP2P()) {
+        if (!meshcomm::isNoOp(args))
+          pc.us += launchEstimate(*q.comm, args, args.messageBytes(q.comm->nRanks));
         continue;
       }
-      const size_t bytes = q.p2p.count * meshcomm::dataTypeSize(q.args.dtype);
+      const P2POp& p2p = q.call.p2p();
+      const size_t bytes = p2p.count * meshcomm::dataTypeSize(args.dtype);
       if (bytes == 0) continue;
-      pc.p2p.push_back(P2POp{q.p2p.kind, q.p2p.peer, q.p2p.buffer, bytes});
-      (q.p2p.kind == P2POp::Send ? pc.sent : pc.received) += bytes;
+      pc.p2p.push_back(P2POp{p2p.kind, p2p.peer, p2p.buffer, bytes});
+      (p2p.kind == P2POp::Send ? pc.sent : pc.received) += bytes;
     }
     double longest = 0;
     for (PerComm& pc : comms) {

@@ -1666,6 +1666,23 @@ TEST_F(Collectives, BadArgumentsThrowNamingRankAndOp) {
       {"recv peer n", "recv", [&] { cc().recv(B, 16, DataType::F32, n, s); }},
       {"send null buffer", "send", [&] { cc().send(nullptr, 16, DataType::F32, (me + 1) % n, s); }},
       {"recv bad dtype", "recv", [&] { cc().recv(B, 16, badType, (me + 1) % n, s); }},
+      // The CollectiveArgs entry and its two halves (the typed calls above run through them).
+      {"launch allgather null send", "allgather",
+       [&] { cc().launch(CollectiveArgs::of(Collective::AllGather, nullptr, B, 16, DataType::F32, s)); }},
+      {"check reduce root n", "reduce",
+       [&] {
+         cc().check(CollectiveArgs::of(Collective::Reduce, A, B, 16, DataType::F32, s, ReduceOp::Sum, n));
+       }},
+      {"check sendrecv args", "sendrecv",
+       [&] {
+         CollectiveArgs args;
+         args.collective = Collective::SendRecv;
+         cc().check(args);
+       }},
+      {"checkP2P recv peer n", "recv",
+       [&] {
+         cc().checkP2P(P2POp{P2POp::Recv, n, B, 16}, DataType::F32, s);
+       }},
   };
   const std::string rankText = detail::concat("rank ", me);
   for (const BadCall& c : calls) {
@@ -1696,12 +1713,15 @@ TEST_F(Collectives, BadArgumentsThrowNamingRankAndOp) {
     } catch (const std::exception&) {
     }
   }
-  // Nothing was launched: the stream is idle and the Comm still works (one checked allreduce).
+  // Nothing was launched: the stream is idle and the Comm still works (one allreduce, checked first and
+  // launched later, as the NCCL shim's groups do).
   MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(s));
   bootstrap().barrier();
   GenSpec g{DataType::F32, ValueKind::General, n, testSeed() | 1};
+  const CheckedCall checked =
+      cc().check(CollectiveArgs::of(Collective::AllReduce, A, B, 1000, DataType::F32, s, ReduceOp::Sum));
   fillGenerated(s, A, 1000, g, me);
-  cc().allReduce(A, B, 1000, DataType::F32, ReduceOp::Sum, s);
+  cc().launch(checked);
   MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(s));
   const Comparison c = compareOutput(B, 1000, DataType::F32, [&](uint64_t i) {
     return reduceExpected(g, {ReduceOp::Sum, false}, i);

@@ -50,6 +50,28 @@ TEST(CollectiveNames, All) {
     EXPECT_STREQ(collectiveName(static_cast<Collective>(i)), names[i]);
 }
 
+// The factory the typed Comm calls and the NCCL shim build their calls with.
+TEST(CollectiveArgsOf, SetsTheCallAndLeavesTheRestDefault) {
+  const auto stream = reinterpret_cast<cudaStream_t>(0x10);
+  const CollectiveArgs r =
+      CollectiveArgs::of(Collective::Reduce, buf, buf + 64, 7, DataType::BF16, stream, ReduceOp::Max, 3);
+  EXPECT_EQ(r.collective, Collective::Reduce);
+  EXPECT_EQ(r.input, buf);
+  EXPECT_EQ(r.output, buf + 64);
+  EXPECT_EQ(r.count, 7u);
+  EXPECT_EQ(r.dtype, DataType::BF16);
+  EXPECT_EQ(r.op.op, ReduceOp::Max);
+  EXPECT_EQ(r.root, 3);
+  EXPECT_EQ(r.stream, stream);
+  const CollectiveArgs g = CollectiveArgs::of(Collective::AllGather, buf, buf, 5, DataType::F32, stream);
+  EXPECT_EQ(g.op.op, ReduceOp::Sum);
+  EXPECT_EQ(g.root, 0);
+  EXPECT_EQ(g.sendCounts, nullptr);
+  EXPECT_EQ(g.p2pOps, nullptr);
+  EXPECT_FALSE(g.inputSpan.registered());
+  EXPECT_FALSE(g.capturing);
+}
+
 TEST(MessageBytes, NcclTestsSizes) {
   const int n = 4;
   EXPECT_EQ(args(Collective::AllReduce, 10).messageBytes(n), 40u);
