@@ -215,7 +215,7 @@ constexpr LaunchCost kLaunchCosts[] = {
     {"alltoall_scratch", Collective::AllToAll, 10.4, 322, true},
     {"broadcast_ll", Collective::Broadcast, 3.3, 129, false},
     {"broadcast_chain", Collective::Broadcast, 8.0, 346, true},
-    {"reduce_ll", Collective::Reduce, 5.4, 81, false},
+    {"reduce_direct", Collective::Reduce, 5.1, 139, false},
     {"reduce_chain", Collective::Reduce, 7.6, 339, true},
     {"gather_ll", Collective::Gather, 3.4, 400, false},
     {"gather_scratch", Collective::Gather, 4.8, 385, true},

@@ -137,8 +137,8 @@ TEST(NcclShimTypes, ScalableIdCreatorsAreTheRanksNcclDocuments) {
 }
 
 // The model reproduces the 4x H200 measurements it was fitted to (bench/results/2026-11-22-h200x4-
-// collectives-session10.json, meshcomm-bench out of place), falls back to the large-message algorithm of the
-// collective for algorithms without measurements, and grows with the bytes.
+// collectives-session10.json, meshcomm-bench out of place; reduce_direct: -session12.json), falls back to the
+// large-message algorithm of the collective for algorithms without measurements, and grows with the bytes.
 TEST(NcclShimTypes, LaunchEstimatesFollowTheMeasuredModel) {
   struct Row {
     Collective c;
@@ -153,6 +153,7 @@ TEST(NcclShimTypes, LaunchEstimatesFollowTheMeasuredModel) {
                       {Collective::AllToAll, "alltoall_scratch", 268435456, 613.31},
                       {Collective::Broadcast, "broadcast_chain", 67108864, 201.24},
                       {Collective::Reduce, "reduce_chain", 4194304, 22.85},
+                      {Collective::Reduce, "reduce_direct", 262144, 6.90},
                       {Collective::Gather, "gather_scratch", 1073741824, 2171.19},
                       {Collective::Scatter, "scatter_ll", 262144, 4.38},
                       {Collective::SendRecv, "sendrecv_ll", 268435456, 770.37}};

@@ -5,8 +5,7 @@
 //   ReduceScatter  (reduce_scatter_ll):     rank p receives input chunk p of every peer; reduces it.
 //   TwoShot        (allreduce_twoshot_ll):  reduce-scatter to segment owners, then each owner sends its
 //                                           reduced segment to every peer.
-//   Reduce         (reduce_ll):             every non-root rank sends its whole input to the root; the
-//                                           root (the only owner) reduces everything in rank order.
+// (Reduce to a root: reduce_direct.cu, plain stores and chunk flags instead of packets.)
 //
 // Packet region (reserved in initialize(), same offset in every rank's packet buffer):
 //   [half 2][area kAreas][slot nRanks][slotBytes]      slot r = packets written by rank r
@@ -16,9 +15,7 @@
 //
 // Why a half is free when a rank writes into it (epoch e, half e%2): the writer finished its call e-1, in
 // which it received at least one packet from every peer (every mode guarantees that: oneshot/RS send
-// count >= 1 elements to every peer; twoshot requires every segment non-empty; reduce: besides the data
-// to the root, every rank writes a one-pack token into slot `me` (pack 0) of every non-root peer, and
-// every non-root rank waits for pack 0 of every peer's slot before it finishes), so every peer had started
+// count >= 1 elements to every peer; twoshot requires every segment non-empty), so every peer had started
 // call e-1, hence (stream order) finished call e-2, the last call that used this half. Stale packets of
 // earlier uses carry older flags, so a reader never accepts them.
 #pragma once
@@ -31,12 +28,12 @@
 
 namespace meshcomm::reduction {
 
-enum class LLMode { OneShot, ReduceScatter, TwoShot, Reduce };
+enum class LLMode { OneShot, ReduceScatter, TwoShot };
 
 template <LLMode M>
-constexpr Layout kLLLayout = M == LLMode::OneShot || M == LLMode::Reduce ? Layout::Whole
-                             : M == LLMode::ReduceScatter                ? Layout::Strided
-                                                                         : Layout::Split;
+constexpr Layout kLLLayout = M == LLMode::OneShot         ? Layout::Whole
+                             : M == LLMode::ReduceScatter ? Layout::Strided
+                                                          : Layout::Split;
 template <LLMode M>
 constexpr int kLLAreas = M == LLMode::TwoShot ? 2 : 1;
 
@@ -48,7 +45,6 @@ struct LLArgs {
   uint64_t regionOffset;  // of the packet region in every rank's packet buffer
   uint64_t slotBytes;     // packet bytes per slot (multiple of 32)
   uint64_t* epoch;        // kLLEpochWords device words
-  int root;               // reduce
   ReduceParams red;
 };
 
@@ -73,20 +69,7 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
   };
 
   // Phase 1: contributions (prescaled) to the owners (slot `me` of area 0 in every peer's region).
-  if constexpr (M == LLMode::Reduce) {
-    // Reduce: the whole input to the root; tokens (pack 0 of slot `me`) to every non-root peer.
-    if (me != a.root) {
-      const uint32_t inAlign = alignClass(a.input);
-      LL16Packet* dst = area(a.root, 0) + me * slotPackets;
-      for (uint64_t j = range.begin + threadIdx.x; j < range.end; j += blockDim.x)
-        writePackLL(dst, j, red.prescale(loadPack(a.input, j, a.bytes, inAlign)), ep.flag);
-    }
-    if (blockIdx.x == 0 && threadIdx.x < static_cast<uint32_t>(n - 1)) {
-      const int p = device::peerAt(v, static_cast<int>(threadIdx.x));
-      if (p != a.root) writePackLL(area(p, 0) + me * slotPackets, 0, make_uint4(0, 0, 0, 0), ep.flag);
-    }
-  }
-  for (uint64_t j = range.begin + threadIdx.x; M != LLMode::Reduce && j < range.end; j += blockDim.x) {
+  for (uint64_t j = range.begin + threadIdx.x; j < range.end; j += blockDim.x) {
     if constexpr (M == LLMode::OneShot) {
       const uint4 x = red.prescale(loadPack(a.input, j, a.bytes, alignClass(a.input)));
       for (int i = 0; i < n - 1; ++i) {
@@ -113,15 +96,7 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
   const uint64_t ownLen = seg.length(me);
   char* out = a.output + (M == LLMode::TwoShot ? seg.start(me) : 0);
   bool ok = true;
-  if constexpr (M == LLMode::Reduce) {
-    // Non-root: wait for every peer's token (pack 0 of its slot; the root's data is not waited for).
-    if (me != a.root && blockIdx.x == 0 && threadIdx.x == 0) {
-      (void)gatherPacksLL(area(me, 0), slotPackets, 0, peersMask, ep.flag, ctx, ok);
-    }
-  }
-  const bool reduces = M != LLMode::Reduce || me == a.root;
-  for (uint64_t j = range.begin + threadIdx.x; reduces && j < range.end && j < seg.packs(me);
-       j += blockDim.x) {
+  for (uint64_t j = range.begin + threadIdx.x; j < range.end && j < seg.packs(me); j += blockDim.x) {
     const GatherPacksPoll got = gatherPacksLL(area(me, 0), slotPackets, j, peersMask, ep.flag, ctx, ok);
     if (!ok) break;
     const uint4 r = reduceRankOrder(red, got.vals, loadPack(ownIn, j, ownLen, alignClass(ownIn)), me, n);
@@ -222,7 +197,6 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
     a.regionOffset = regionOffset_;
     a.slotBytes = slotBytes_;
     a.epoch = epoch_;
-    a.root = args.root;
     a.red = makeReduceParams(args.op, topo.nRanks);
     dispatch(args, [&](auto tag) {
       using Tag = decltype(tag);

@@ -1,7 +1,7 @@
 // reduce_direct: reduce to a root in one hop of plain stores. Every non-root rank stores its (prescaled)
 // input with 16-byte stores into its slot of the root's region and publishes each 512-byte chunk with a
 // release flag (the call's epoch); the root reduces each chunk in rank order once every non-root's flag for
-// it is in (its own input read locally). Half the NVLink bytes of reduce_ll (no flag words inside the
+// it is in (its own input read locally). Half the NVLink bytes of LL packets (no flag words inside the
 // payload) and one hop instead of reduce_chain's n-1.
 //
 // Region (reserved in initialize(), same offset in every rank's packet buffer):

@@ -14,7 +14,6 @@ void registerReductionAlgorithms(AlgorithmCollection& collection) {
   collection.add(reduction::makeAllreduceZeroCopy());
   collection.add(reduction::makeReduceScatterLL());
   collection.add(reduction::makeReduceScatterScratch());
-  collection.add(reduction::makeReduceLL());
   collection.add(reduction::makeReduceDirect());
   collection.add(reduction::makeReduceChain());
   collection.add(reduction::makeReduceScratch());

@@ -170,7 +170,6 @@ std::shared_ptr<Algorithm> makeAllreduceRsag();
 std::shared_ptr<Algorithm> makeAllreduceZeroCopy();
 std::shared_ptr<Algorithm> makeReduceScatterLL();
 std::shared_ptr<Algorithm> makeReduceScatterScratch();
-std::shared_ptr<Algorithm> makeReduceLL();
 std::shared_ptr<Algorithm> makeReduceScratch();
 std::shared_ptr<Algorithm> makeReduceChain();
 std::shared_ptr<Algorithm> makeReduceDirect();
