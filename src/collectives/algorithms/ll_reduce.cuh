@@ -37,22 +37,11 @@ constexpr Layout kLLLayout = M == LLMode::OneShot         ? Layout::Whole
 template <LLMode M>
 constexpr int kLLAreas = M == LLMode::TwoShot ? 2 : 1;
 
-struct LLArgs {
-  CommDeviceView view;
-  const char* input;
-  char* output;
-  uint64_t bytes;         // allreduce: message bytes; reduce-scatter: bytes per rank
-  uint64_t regionOffset;  // of the packet region in every rank's packet buffer
-  uint64_t slotBytes;     // packet bytes per slot (multiple of 32)
-  uint64_t* epoch;        // kLLEpochWords device words
-  ReduceParams red;
-};
-
 // Block b handles packs [b*P/nBlocks...) of every segment (P = the largest segment's pack count); thread t
 // handles the same packs j in every phase, so in-place calls read each input pack before (in program order
 // of the same thread) the output pack at the same address is written.
 template <DataType D, ReduceOp Op, LLMode M>
-__global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
+__global__ void __launch_bounds__(kMaxThreads) llReduceKernel(RegionCallArgs a) {
   constexpr int kAreas = kLLAreas<M>;
   const CommDeviceView& v = a.view;
   const int n = v.nRanks;
@@ -130,15 +119,16 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(LLArgs a) {
   if (threadIdx.x == 0) finishLLEpoch(a.epoch, ep);
 }
 
-// Packet bytes per slot for a call of `bytes` (see LLArgs::bytes).
+// Packet bytes per slot for a call of `bytes` (see RegionCallArgs::bytes).
 template <LLMode M>
 uint64_t llSlotBytesFor(int nRanks, uint64_t bytes) {
   return packRegionBytes(Segments<kLLLayout<M>>(nRanks, bytes).maxPacks());
 }
 
-// The Algorithm of one LL mode. `maxBytes`: the largest LLArgs::bytes it is built for; `budgetFraction`:
-// the share of the packet buffer it may reserve (the slot shrinks to fit; calls that do not fit are
-// unsupported). `packsPerBlock`: default work per block (blocks = packs / packsPerBlock, 1..min(SMs, 64)).
+// The Algorithm of one LL mode. `maxBytes`: the largest RegionCallArgs::bytes it is built for;
+// `budgetFraction`: the share of the packet buffer it may reserve (the slot shrinks to fit; calls that do not
+// fit are unsupported). `packsPerBlock`: default work per block (blocks = packs / packsPerBlock, 1..min(SMs,
+// 64)).
 template <LLMode M>
 class LLReductionAlgorithm : public ReductionAlgorithm {
  public:
@@ -189,15 +179,7 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
     if (args.count == 0) return;
     const CommTopology& topo = resources.topology();
     const LaunchConfig c = resolveConfig(config, defaultConfig(args, topo), maxBlocks(topo));
-    LLArgs a;
-    a.view = resources.view();
-    a.input = static_cast<const char*>(args.input);
-    a.output = static_cast<char*>(args.output);
-    a.bytes = args.count * dataTypeSize(args.dtype);
-    a.regionOffset = regionOffset_;
-    a.slotBytes = slotBytes_;
-    a.epoch = epoch_;
-    a.red = makeReduceParams(args.op, topo.nRanks);
+    const RegionCallArgs a = regionCallArgs(resources, args, regionOffset_, slotBytes_, epoch_);
     dispatch(args, [&](auto tag) {
       using Tag = decltype(tag);
       llReduceKernel<Tag::kType, Tag::kOp, M><<<c.nBlocks, c.nThreadsPerBlock, 0, args.stream>>>(a);

@@ -44,22 +44,10 @@ constexpr uint64_t kChunkBytes = kChunkPacks * kPackBytes;  // 512
 constexpr int kStoreUnroll = 4;                             // packs per lane in flight on the store side
 constexpr int kDirectThreads = 512;
 
-struct DirectArgs {
-  CommDeviceView view;
-  const char* input;
-  char* output;  // root only
-  uint64_t bytes;
-  uint64_t regionOffset;  // of the region in every rank's packet buffer
-  uint64_t slotBytes;     // data bytes per slot (multiple of kChunkBytes)
-  uint64_t* epoch;        // kLLEpochWords device words
-  int root;
-  ReduceParams red;
-};
-
 // Data and flag addresses of one call's half in rank r's region (as mapped on this rank).
 struct DirectRegion {
   const CommDeviceView& v;
-  const DirectArgs& a;
+  const RegionCallArgs& a;
   uint32_t half;
 
   MESHCOMM_DEVICE_INLINE char* base(int r) const {
@@ -101,7 +89,7 @@ MESHCOMM_DEVICE_INLINE bool awaitToken(const uint64_t* t, uint64_t epoch, SpinCo
 }
 
 template <DataType D, ReduceOp Op>
-__global__ void __launch_bounds__(kDirectThreads) reduceDirectKernel(DirectArgs a) {
+__global__ void __launch_bounds__(kDirectThreads) reduceDirectKernel(RegionCallArgs a, int rootRank) {
   const CommDeviceView& v = a.view;
   const int n = v.nRanks;
   const int me = v.rank;
@@ -116,7 +104,7 @@ __global__ void __launch_bounds__(kDirectThreads) reduceDirectKernel(DirectArgs 
   const uint64_t q1 = std::min(run.end * kChunkPacks, packs);
   SpinContext ctx = anySpinContext(v);
   bool ok = true;
-  const bool root = me == a.root;
+  const bool root = me == rootRank;
 
   // 1. Every peer has reached call e-1 (so it is done with this call's half), for blocks that write.
   if (ep.epoch > 1 && (!root || blockIdx.x == 0)) {
@@ -136,7 +124,7 @@ __global__ void __launch_bounds__(kDirectThreads) reduceDirectKernel(DirectArgs 
   // 3. Data.
   if (ok && !root) {
     // The run into slot `me` of the root, all stores in flight, then its flags.
-    char* dst = reg.slot(a.root, me);
+    char* dst = reg.slot(rootRank, me);
     const uint32_t inAlign = alignClass(a.input);
     for (uint64_t q0 = run.begin * kChunkPacks + lane; q0 < q1; q0 += 32 * kStoreUnroll) {
       uint4 x[kStoreUnroll];
@@ -153,7 +141,7 @@ __global__ void __launch_bounds__(kDirectThreads) reduceDirectKernel(DirectArgs 
     }
     __syncwarp();
     for (uint64_t k = run.begin + lane; k < run.end; k += 32)
-      device::storeReleaseSys(reg.flag(a.root, me, k), ep.epoch);
+      device::storeReleaseSys(reg.flag(rootRank, me, k), ep.epoch);
   } else if (root) {
     // Every non-root's flags of the run (lane-strided over (chunk, peer) pairs), then the reduction.
     const uint64_t pairs = (run.end - run.begin) * static_cast<uint64_t>(n - 1);
@@ -225,19 +213,11 @@ class ReduceDirect : public ReductionAlgorithm {
     if (args.count == 0) return;
     const CommTopology& topo = resources.topology();
     const LaunchConfig c = resolveConfig(config, defaultConfig(args, topo), maxBlocks(topo));
-    DirectArgs a;
-    a.view = resources.view();
-    a.input = static_cast<const char*>(args.input);
-    a.output = static_cast<char*>(args.output);
-    a.bytes = args.count * dataTypeSize(args.dtype);
-    a.regionOffset = regionOffset_;
-    a.slotBytes = slotBytes_;
-    a.epoch = epoch_;
-    a.root = args.root;
-    a.red = makeReduceParams(args.op, topo.nRanks);
+    const RegionCallArgs a = regionCallArgs(resources, args, regionOffset_, slotBytes_, epoch_);
     dispatch(args, [&](auto tag) {
       using Tag = decltype(tag);
-      reduceDirectKernel<Tag::kType, Tag::kOp><<<c.nBlocks, c.nThreadsPerBlock, 0, args.stream>>>(a);
+      reduceDirectKernel<Tag::kType, Tag::kOp>
+          <<<c.nBlocks, c.nThreadsPerBlock, 0, args.stream>>>(a, args.root);
     });
   }
 

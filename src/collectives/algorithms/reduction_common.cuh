@@ -108,6 +108,36 @@ MESHCOMM_DEVICE_INLINE void finishLLEpoch(uint64_t* words, const LLEpoch& e) {
   }
 }
 
+// ---- region call arguments
+// ---------------------------------------------------------------------------------
+
+// Launch arguments of a reduction kernel over the algorithm's packet region with LL epoch words (the LL
+// reductions, reduce_direct).
+struct RegionCallArgs {
+  CommDeviceView view;
+  const char* input;
+  char* output;
+  uint64_t bytes;         // count * element size (allreduce/reduce: the message; reduce-scatter: per rank)
+  uint64_t regionOffset;  // of the region in every rank's packet buffer
+  uint64_t slotBytes;     // bytes per slot of the region
+  uint64_t* epoch;        // kLLEpochWords device words
+  ReduceParams red;
+};
+
+inline RegionCallArgs regionCallArgs(CommResources& resources, const CollectiveArgs& args,
+                                     uint64_t regionOffset, uint64_t slotBytes, uint64_t* epoch) {
+  RegionCallArgs a;
+  a.view = resources.view();
+  a.input = static_cast<const char*>(args.input);
+  a.output = static_cast<char*>(args.output);
+  a.bytes = args.count * dataTypeSize(args.dtype);
+  a.regionOffset = regionOffset;
+  a.slotBytes = slotBytes;
+  a.epoch = epoch;
+  a.red = makeReduceParams(args.op, resources.topology().nRanks);
+  return a;
+}
+
 // ---- LL16 packs -------------------------------------------------------------------------------------------
 
 // Pack layout in packet slots: packPacketIndex (reduction_common.hpp).
