@@ -548,10 +548,10 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
   const char* fn = "ncclAllReduce";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a = CollectiveArgs::of(Collective::AllReduce, sendbuff, recvbuff, count,
-                                          dtypeOf(comm, fn, datatype), stream);
-    a.op = opOf(comm, fn, op, datatype);
-    return submit(comm, fn, a);
+    const DataType t = dtypeOf(comm, fn, datatype);
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::AllReduce, sendbuff, recvbuff, count, t, stream,
+                                     opOf(comm, fn, op, datatype)));
   });
 }
 
@@ -560,11 +560,10 @@ ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, nccl
   const char* fn = "ncclReduce";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a = CollectiveArgs::of(Collective::Reduce, sendbuff, recvbuff, count,
-                                          dtypeOf(comm, fn, datatype), stream);
-    a.op = opOf(comm, fn, op, datatype);
-    a.root = root;
-    return submit(comm, fn, a);
+    const DataType t = dtypeOf(comm, fn, datatype);
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::Reduce, sendbuff, recvbuff, count, t, stream,
+                                     opOf(comm, fn, op, datatype), root));
   });
 }
 
@@ -573,10 +572,9 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
   const char* fn = "ncclBroadcast";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a = CollectiveArgs::of(Collective::Broadcast, sendbuff, recvbuff, count,
-                                          dtypeOf(comm, fn, datatype), stream);
-    a.root = root;
-    return submit(comm, fn, a);
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::Broadcast, sendbuff, recvbuff, count,
+                                     dtypeOf(comm, fn, datatype), stream, {}, root));
   });
 }
 
@@ -591,10 +589,10 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
   const char* fn = "ncclReduceScatter";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a = CollectiveArgs::of(Collective::ReduceScatter, sendbuff, recvbuff, recvcount,
-                                          dtypeOf(comm, fn, datatype), stream);
-    a.op = opOf(comm, fn, op, datatype);
-    return submit(comm, fn, a);
+    const DataType t = dtypeOf(comm, fn, datatype);
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::ReduceScatter, sendbuff, recvbuff, recvcount, t, stream,
+                                     opOf(comm, fn, op, datatype)));
   });
 }
 
@@ -625,10 +623,9 @@ ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, nccl
   const char* fn = "ncclGather";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a = CollectiveArgs::of(Collective::Gather, sendbuff, recvbuff, count,
-                                          dtypeOf(comm, fn, datatype), stream);
-    a.root = root;
-    return submit(comm, fn, a);
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::Gather, sendbuff, recvbuff, count,
+                                     dtypeOf(comm, fn, datatype), stream, {}, root));
   });
 }
 
@@ -637,10 +634,9 @@ ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncc
   const char* fn = "ncclScatter";
   SHIM_COMM(fn);
   return guarded(fn, comm, [&] {
-    CollectiveArgs a = CollectiveArgs::of(Collective::Scatter, sendbuff, recvbuff, count,
-                                          dtypeOf(comm, fn, datatype), stream);
-    a.root = root;
-    return submit(comm, fn, a);
+    return submit(comm, fn,
+                  CollectiveArgs::of(Collective::Scatter, sendbuff, recvbuff, count,
+                                     dtypeOf(comm, fn, datatype), stream, {}, root));
   });
 }
 
