@@ -898,14 +898,34 @@ TEST_F(Collectives, SendRecvGroups) {
   auto& send = keep<GuardedBuffer>(n * slot * es);
   auto& recv = keep<GuardedBuffer>(n * slot * es);
   Rng rng(testSeed());
-  enum Pattern { Ring, AllPairs, AllPairsWithSelf, SelfOnly, Ungrouped, RingBothDirections };
-  const char* names[] = {"ring", "all-pairs", "all-pairs+self", "self", "ungrouped pairs", "ring both ways"};
+  // AllToAll: one count for every pair, chunk p at p * slot on both sides (a strided group: sendrecv_ll
+  // computes its addresses, strided_group.cuh); AllToAllMixed: the same, but odd ranks add a zero-byte
+  // send and receive with themselves, so their groups are not strided and run the segment lists against
+  // their peers' strided plans.
+  enum Pattern {
+    Ring,
+    AllPairs,
+    AllPairsWithSelf,
+    SelfOnly,
+    Ungrouped,
+    RingBothDirections,
+    AllToAll,
+    AllToAllMixed
+  };
+  const char* names[] = {"ring",
+                         "all-pairs",
+                         "all-pairs+self",
+                         "self",
+                         "ungrouped pairs",
+                         "ring both ways",
+                         "alltoall-shaped",
+                         "alltoall-shaped, odd ranks not strided"};
   int iter = 0;
   for (const char* algo : {"sendrecv_ll", "sendrecv_scratch"}) {
     ScopedAlgorithm forced(cc(), Collective::SendRecv, algo);
     if (!selectionOverridden() && selectedSendRecv(cc()) != algo)
       fail(algo, detail::concat("selected ", selectedSendRecv(cc())));
-    for (int pattern = Ring; pattern <= RingBothDirections; ++pattern) {
+    for (int pattern = Ring; pattern <= AllToAllMixed; ++pattern) {
       for (uint64_t maxCount : {1ull, 3ull, 1023ull, 65536ull}) {
         for (int rep = 0; rep < 3; ++rep, ++iter) {
           const uint64_t seed = rng.next();
@@ -913,6 +933,7 @@ TEST_F(Collectives, SendRecvGroups) {
           // counts[src][dst], zero allowed in all-pairs patterns (zero-size operations still pair up)
           std::vector<uint64_t> m(n * n);
           for (auto& v : m) v = (pattern == AllPairs && r2.next() % 5 == 0) ? 0 : r2.uniform(1, maxCount);
+          if (pattern == AllToAll || pattern == AllToAllMixed) std::fill(m.begin(), m.end(), m[0]);
           std::vector<std::pair<int, int>> ops;  // (kind 0 send / 1 recv, peer), in call order
           const int next = (me + 1) % n, prev = (me + n - 1) % n;
           switch (pattern) {
@@ -925,6 +946,8 @@ TEST_F(Collectives, SendRecvGroups) {
               break;
             case AllPairs:
             case AllPairsWithSelf:
+            case AllToAll:
+            case AllToAllMixed:
               for (int p = 0; p < n; ++p) {
                 if (p == me && pattern == AllPairs) continue;
                 ops.push_back({0, p});
@@ -962,6 +985,10 @@ TEST_F(Collectives, SendRecvGroups) {
                 cc().send(send.at(peer * slot * es), m[me * n + peer], t, peer, stream());
               else
                 cc().recv(recv.at(peer * slot * es), m[peer * n + me], t, peer, stream());
+            }
+            if (pattern == AllToAllMixed && me % 2 == 1) {
+              cc().send(send.at(me * slot * es), 0, t, me, stream());
+              cc().recv(recv.at(me * slot * es), 0, t, me, stream());
             }
             if (grouped) cc().groupEnd();
             MESHCOMM_TEST_CHECK_LAUNCH();
@@ -1142,38 +1169,51 @@ TEST_F(Collectives, SendRecvManyOpsPerPeerOddSizes) {
 // the scratch pipeline above it) records a count mismatch naming the sender and writes nothing past its
 // own count, nor past the sender's count rounded up to a whole LL packet (the LL receive does not wait for
 // the count before it unpacks; the zero padding of the sender's last packet may land); the sender
-// completes. Rank 1 receives from rank 0; sendrecv and host-counts alltoallv. The
-// error is fatal for a Comm, so every case ends with a fresh one.
+// completes. Rank 1 receives from rank 0; sendrecv, host-counts alltoallv, and a group shaped like an
+// alltoall in which rank 1's group is strided (sendrecv_ll computes its addresses) and rank 0's is not when
+// n > 2 (one count differs). The error is fatal for a Comm, so every case ends with a fresh one.
 TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
   MESHCOMM_TEST_REQUIRE_RANKS(2);
   const int n = worldSize(), me = rank();
+  enum Kind { SendRecv, AllToAllv, StridedGroup };
   struct MismatchCase {
-    bool alltoallv;
+    Kind kind;
     uint64_t sent, expected;  // bytes rank 0 sends to rank 1 / rank 1 expects from rank 0
   };
   // Pipeline cases: both counts above the largest LL capacity (a pair whose two sides straddle the
   // capacity takes different paths on the two sides and times out instead; see ll_stream.hpp).
   const uint64_t big = movement::kLLStreamCapacities[0] + 100000;
   const MismatchCase cases[] = {
-      {false, 4000, 3000},             // LL, receiver expects less
-      {false, 3000, 4004},             // LL, receiver expects more
-      {false, 3001, 4004},             // LL, receiver expects more, the sender's last packet is partial
-      {false, big, big - 100000 + 8},  // pipeline
-      {true, 4000, 3000},              // alltoallv_ll, LL pair
-      {true, big, big - 100000 + 16},  // alltoallv_ll, pipeline pair
+      {SendRecv, 4000, 3000},               // LL, receiver expects less
+      {SendRecv, 3000, 4004},               // LL, receiver expects more
+      {SendRecv, 3001, 4004},               // LL, receiver expects more, the sender's last packet is partial
+      {SendRecv, big, big - 100000 + 8},    // pipeline
+      {AllToAllv, 4000, 3000},              // alltoallv_ll, LL pair
+      {AllToAllv, big, big - 100000 + 16},  // alltoallv_ll, pipeline pair
+      {StridedGroup, 4000, 3000},           // every pair LL, receiver strided, expects less
+      {StridedGroup, 3001, 4004},           // ... expects more, the sender's last packet is partial
   };
   const uint64_t cap = big;
   auto& send = keep<GuardedBuffer>(n * cap);
   auto& recv = keep<GuardedBuffer>(n * cap);
   const uint8_t P = 0x5C;
   for (const MismatchCase& mc : cases) {
-    const std::string ctx =
-        detail::concat(mc.alltoallv ? "alltoallv" : "sendrecv", " sent ", mc.sent, " expected ", mc.expected);
+    const char* kinds[] = {"sendrecv", "alltoallv", "strided group"};
+    const std::string ctx = detail::concat(kinds[mc.kind], " sent ", mc.sent, " expected ", mc.expected);
     bool ok = true;
     try {
       send.poison(stream(), static_cast<uint8_t>(~P));
       recv.poison(stream(), P);
-      if (mc.alltoallv) {
+      if (mc.kind == StridedGroup) {
+        // Chunk p at p * cap on both sides, `expected` bytes everywhere but rank 0's send to rank 1.
+        cc().groupStart();
+        for (int p = 0; p < n; ++p) {
+          if (p == me) continue;
+          cc().send(send.at(p * cap), me == 0 && p == 1 ? mc.sent : mc.expected, DataType::U8, p, stream());
+          cc().recv(recv.at(p * cap), mc.expected, DataType::U8, p, stream());
+        }
+        cc().groupEnd();
+      } else if (mc.kind == AllToAllv) {
         // Everyone else exchanges nothing; rank 0 -> rank 1 disagrees.
         std::vector<size_t> sc(n, 0), sd(n, 0), rc(n, 0), rd(n, 0);
         if (me == 0) sc[1] = mc.sent;
@@ -1203,9 +1243,23 @@ TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
         // Nothing past min(sent rounded up to a packet, expected) bytes (the receive may have stopped
         // early: the error aborts).
         const uint64_t bound = std::min((mc.sent + 7) / 8 * 8, mc.expected);
-        recv.countOutside(stream(), recv.at(0), bound, P, counters_.at(0));
-        const auto k = counters_.collect(stream());
-        if (k[0] != 0) fail(ctx, detail::concat(k[0], " bytes written past the received count"));
+        uint64_t past = 0;
+        if (mc.kind == StridedGroup) {
+          // Chunk 0 as above; the other peers' chunks (which may stop early too) hold nothing past
+          // `expected`, the own chunk nothing at all.
+          std::vector<uint8_t> host(n * cap);
+          MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+          MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), recv.at(0), host.size(), cudaMemcpyDeviceToHost));
+          for (int p = 0; p < n; ++p) {
+            const uint64_t from = p == 0 ? bound : p == me ? 0 : mc.expected;
+            past += std::count_if(host.begin() + p * cap + from, host.begin() + (p + 1) * cap,
+                                  [&](uint8_t b) { return b != P; });
+          }
+        } else {
+          recv.countOutside(stream(), recv.at(0), bound, P, counters_.at(0));
+          past = counters_.collect(stream())[0];
+        }
+        if (past != 0) fail(ctx, detail::concat(past, " bytes written past the received count"));
       } else if (reported) {
         fail(ctx, "unexpected error: " + what);
       }

@@ -1,6 +1,6 @@
 // Host-side logic of the LL stream algorithms (sendrecv_ll, alltoallv_ll) and of the plans they share with
 // the scratch pipeline: group sorting and signatures, host counts, the per-pair LL/pipeline split (equal on
-// both sides of every pair of a correct program), the launches of a call, the LL grid.
+// both sides of every pair of a correct program), the launches of a call, the LL grid, strided groups.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "collectives/algorithms/ll_stream.hpp"
+#include "collectives/algorithms/strided_group.cuh"
 #include "meshcomm/errors.hpp"
 
 namespace meshcomm::movement {
@@ -379,6 +380,101 @@ TEST(LLStream, GridStaysWithinTheSMs) {
   EXPECT_EQ(llStreamBlocks(g, kPartSelf), 1);
   // 1 MiB self copy: 16 blocks of 64 KiB.
   EXPECT_EQ(llStreamShape(none, 1 << 20, kLLThreads, topoOf(4, 0)).selfBlocks, 16);
+}
+
+// An alltoall posted as a group on `rank` of n: send to / receive from every p (oneself too when `self`) of
+// `count` bytes at sendAt(p) / recvAt(p), in nccl-tests' order (send p, recv p, p = 0..n-1).
+template <class SendAt, class RecvAt>
+std::vector<P2POp> alltoallGroup(int rank, int n, size_t count, bool self, SendAt sendAt, RecvAt recvAt) {
+  std::vector<P2POp> ops;
+  for (int p = 0; p < n; ++p) {
+    if (p == rank && !self) continue;
+    ops.push_back({P2POp::Send, p, fakePtr(sendAt(p)), count});
+    ops.push_back({P2POp::Recv, p, fakePtr(recvAt(p)), count});
+  }
+  return ops;
+}
+
+bool isStrided(const std::vector<P2POp>& ops, int rank, int n, StridedGroup& g) {
+  return stridedGroup(makeSendRecvPlan(groupArgs(ops), rank, n), rank, n, g);
+}
+
+TEST(StridedGroup, AlltoallShapesAreFoundWithTheirScalars) {
+  StridedGroup g;
+  // nccl-tests' alltoall: chunk p at base + p * count, oneself included.
+  ASSERT_TRUE(isStrided(
+      alltoallGroup(
+          2, 4, 96, true, [](int p) { return 0x10000 + 96 * p; }, [](int p) { return 0x90000 + 96 * p; }),
+      2, 4, g));
+  EXPECT_EQ(g.bytes, 96u);
+  EXPECT_TRUE(g.self);
+  EXPECT_EQ(g.sendBase, 0x10000u);
+  EXPECT_EQ(g.sendStride, 96u);
+  EXPECT_EQ(g.recvBase, 0x90000u);
+  EXPECT_EQ(g.recvStride, 96u);
+  // The header signature is the segment lists' for one operation (a peer running them agrees).
+  const SendRecvPlan plan =
+      makeSendRecvPlan(groupArgs(alltoallGroup(
+                           2, 4, 96, true, [](int p) { return 96 * p; }, [](int p) { return 96 * p; })),
+                       2, 4);
+  EXPECT_EQ(StridedPlan(g).sig, plan.sendSigs[0]);
+  EXPECT_EQ(StridedPlan(g).sig, plan.recvSigs[3]);
+  // Without oneself, sides with different strides; rank 0's chunk (unused) is extrapolated.
+  ASSERT_TRUE(isStrided(
+      alltoallGroup(
+          0, 4, 8, false, [](int p) { return 0x1000 + 64 * p; }, [](int p) { return 0x8000 + 8 * p; }),
+      0, 4, g));
+  EXPECT_FALSE(g.self);
+  EXPECT_EQ(g.sendBase, 0x1000u);
+  EXPECT_EQ(g.recvStride, 8u);
+  // A negative stride (chunks in reverse order) and a zero stride (every send from one buffer).
+  ASSERT_TRUE(
+      isStrided(alltoallGroup(
+                    1, 4, 16, true, [](int p) { return 0x1000; }, [](int p) { return 0x9000 - 16 * p; }),
+                1, 4, g));
+  EXPECT_EQ(g.sendStride, 0u);
+  EXPECT_EQ(g.recvBase + 3 * g.recvStride, uint64_t{0x9000 - 48});
+  // Two ranks without oneself: one peer, any stride fits. Zero-byte operations too.
+  ASSERT_TRUE(isStrided(alltoallGroup(
+                            1, 2, 0, false, [](int) { return 0x50; }, [](int) { return 0x70; }),
+                        1, 2, g));
+  EXPECT_EQ(g.bytes, 0u);
+  EXPECT_EQ(g.sendBase, 0x50u);
+  EXPECT_EQ(g.recvBase, 0x70u);
+  // The order of posting does not matter (the plan sorts by peer).
+  auto ops = alltoallGroup(
+      3, 4, 32, true, [](int p) { return 0x100 * (p + 1); }, [](int p) { return 0x5000 + 32 * p; });
+  std::reverse(ops.begin(), ops.end());
+  EXPECT_TRUE(isStrided(ops, 3, 4, g));
+}
+
+TEST(StridedGroup, OtherGroupsAreNot) {
+  StridedGroup g;
+  const auto at = [](int p) { return 0x1000 + 64 * p; };
+  const auto rat = [](int p) { return 0x9000 + 64 * p; };
+  // The segment lists run these: unequal counts, a peer missing, two operations with a peer, a chunk off
+  // the line, a stride that is not an integer, a send to oneself without the receive, a ring.
+  auto ops = alltoallGroup(0, 4, 64, true, at, rat);
+  ops[3].count = 63;  // recv from 1
+  EXPECT_FALSE(isStrided(ops, 0, 4, g));
+  ops = alltoallGroup(0, 4, 64, true, at, rat);
+  ops.erase(ops.begin() + 4, ops.begin() + 6);  // nothing with peer 2
+  EXPECT_FALSE(isStrided(ops, 0, 4, g));
+  ops = alltoallGroup(0, 4, 64, true, at, rat);
+  ops.push_back({P2POp::Send, 1, fakePtr(0x7000), 0});
+  EXPECT_FALSE(isStrided(ops, 0, 4, g));
+  ops =
+      alltoallGroup(0, 4, 64, true, at, [](int p) { return p == 3 ? 0x9000 + 64 * 3 + 8 : 0x9000 + 64 * p; });
+  EXPECT_FALSE(isStrided(ops, 0, 4, g));
+  ops = alltoallGroup(
+      1, 4, 64, false, [](int p) { return p == 0   ? 0x1000
+                                          : p == 2 ? 0x1005
+                                                   : 0x1008; }, rat);
+  EXPECT_FALSE(isStrided(ops, 1, 4, g));  // 5 bytes over 2 peers: no integer stride
+  ops = alltoallGroup(0, 4, 64, false, at, rat);
+  ops.push_back({P2POp::Send, 0, fakePtr(0x1000), 64});
+  EXPECT_FALSE(isStrided(ops, 0, 4, g));
+  EXPECT_FALSE(isStrided({{P2POp::Send, 1, fakePtr(0x10), 8}, {P2POp::Recv, 3, fakePtr(0x20), 8}}, 0, 4, g));
 }
 
 }  // namespace

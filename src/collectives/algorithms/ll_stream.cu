@@ -13,11 +13,15 @@
 //              reports a mismatch (expected = my receive bytes, observed = p's); then the pair epoch
 //              advances (PairEpochs, as the LL exchange: every thread writes its share of the words).
 // The header guarantees >= 1 packet each way per LL pair and call (the half-reuse argument of PairEpochs).
+// Plans (the streams of a call): SendRecvPlan (per-peer segment lists), StridedPlan (sendrecv_ll's groups
+// shaped like an alltoall, addresses by arithmetic: strided_group.cuh), AllToAllPlan<HostCounts>
+// (alltoallv_ll).
 #include <memory>
 
 #include "collectives/algorithms/ll_stream.hpp"
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
+#include "collectives/algorithms/strided_group.cuh"
 
 namespace meshcomm::movement {
 namespace {
@@ -31,6 +35,12 @@ struct LLStreamGrid {
   int nPeers;
   int blocksPerPeer;
   uint32_t parts;  // LLStreamPart bits
+
+  // The peer of the i-th pair (pure). With every other rank an LL pair the list is rank+1, rank+2, ...
+  // (splitPairs' order): computed, which keeps a dependent constant-cache load off the kernel's start.
+  __device__ int peer(const CommDeviceView& v, int i) const {
+    return nPeers == v.nRanks - 1 ? (v.rank + 1 + i) % v.nRanks : peers[i];
+  }
 };
 
 // Writes packets [pk0, pk1) of the byte stream into dst[k] with `flag`; whole block. Packets inside one
@@ -114,7 +124,7 @@ __global__ void __launch_bounds__(kLLThreads)
                    const __grid_constant__ Plan plan) {
   const int B = g.blocksPerPeer;
   const int b = static_cast<int>(blockIdx.x);
-  const int peer = b < g.nPeers * B ? g.peers[b / B] : -1;
+  const int peer = b < g.nPeers * B ? g.peer(v, b / B) : -1;
   const int c = b % B;
   uint64_t epoch = 0;
   uint32_t flag = 0;
@@ -196,30 +206,48 @@ class LLStreamAlgorithm : public EngineAlgorithm {
   }
 
  protected:
-  // Launches a call: the LL kernel(s) and/or the pipeline (planLaunches). `bytes` is this rank's view of
-  // the call (pairBytes of the plan).
-  template <class Plan>
-  void launchStreams(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
-                     const Plan& plan, const PairBytes& bytes) {
+  // The kernels of one call and their shape (ll_stream.hpp: splitPairs, planLaunches, llStreamShape), from
+  // this rank's view of the call (pairBytes of its plan).
+  struct StreamCall {
+    PairSplit split;
+    StreamLaunches launches;
+    LLStreamShape shape;
+    LLStreamGrid grid{};
+    int threads = 0;
+  };
+  StreamCall planCall(CommResources& resources, const LaunchConfig& config, const PairBytes& bytes) const {
     const CommDeviceView& v = resources.view();
-    const PairSplit split = splitPairs(v.rank, v.nRanks, bytes, capacity_);
-    const StreamLaunches launches = planLaunches(split, bytes.self);
-    const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
-    const LLStreamShape shape = llStreamShape(split, bytes.selfBytes, threads, resources.topology());
-    LLStreamGrid g{};
-    for (int i = 0; i < split.nLL; ++i) g.peers[i] = static_cast<int8_t>(split.llPeers[i]);
-    g.nPeers = split.nLL;
-    g.blocksPerPeer = shape.blocksPerPeer;
-    auto launchLL = [&](uint32_t parts) {
-      g.parts = parts;
-      llStreamKernel<Plan>
-          <<<llStreamBlocks(shape, parts), threads, 0, args.stream>>>(v, region_, epochs_, g, plan);
-      MESHCOMM_CUDA_CHECK(cudaGetLastError());
-    };
-    if (launches.before) launchLL(launches.before);
-    if (launches.engine)
-      launchEngine(resources, args, config, ScratchPairs<Plan>{plan, split.llPairs, launches.engineSelf});
-    if (launches.after) launchLL(launches.after);
+    StreamCall call;
+    call.split = splitPairs(v.rank, v.nRanks, bytes, capacity_);
+    call.launches = planLaunches(call.split, bytes.self);
+    call.threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
+    call.shape = llStreamShape(call.split, bytes.selfBytes, call.threads, resources.topology());
+    for (int i = 0; i < call.split.nLL; ++i) call.grid.peers[i] = static_cast<int8_t>(call.split.llPeers[i]);
+    call.grid.nPeers = call.split.nLL;
+    call.grid.blocksPerPeer = call.shape.blocksPerPeer;
+    return call;
+  }
+
+  // One LL stream kernel of a call with `parts` (Plan: the call's plan or a plan of the same streams).
+  template <class Plan>
+  void launchLL(CommResources& resources, const StreamCall& call, uint32_t parts, const Plan& plan,
+                cudaStream_t stream) {
+    LLStreamGrid g = call.grid;
+    g.parts = parts;
+    llStreamKernel<Plan><<<llStreamBlocks(call.shape, parts), call.threads, 0, stream>>>(
+        resources.view(), region_, epochs_, g, plan);
+    MESHCOMM_CUDA_CHECK(cudaGetLastError());
+  }
+
+  // Every kernel of a call, in stream order: the LL kernel(s) and/or the pipeline.
+  template <class Plan>
+  void launchCall(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+                  const StreamCall& call, const Plan& plan) {
+    if (call.launches.before) launchLL(resources, call, call.launches.before, plan, args.stream);
+    if (call.launches.engine)
+      launchEngine(resources, args, config,
+                   ScratchPairs<Plan>{plan, call.split.llPairs, call.launches.engineSelf});
+    if (call.launches.after) launchLL(resources, call, call.launches.after, plan, args.stream);
   }
 
  private:
@@ -242,7 +270,14 @@ class SendRecvLL : public LLStreamAlgorithm {
     const CommDeviceView& v = resources.view();
     const SendRecvPlan plan = makeSendRecvPlan(args, v.rank, v.nRanks);
     if (args.numP2POps == 0) return;
-    launchStreams(resources, args, config, plan, pairBytes(plan, v.rank, v.nRanks));
+    const StreamCall call = planCall(resources, config, pairBytes(plan, v.rank, v.nRanks));
+    // Every pair LL (a single launch) and the group strided: the same kernel and protocol, addresses by
+    // arithmetic (strided_group.cuh). Each rank decides alone.
+    StridedGroup strided;
+    if (!call.launches.engine && stridedGroup(plan, v.rank, v.nRanks, strided))
+      launchLL(resources, call, call.launches.before, StridedPlan(strided), args.stream);
+    else
+      launchCall(resources, args, config, call, plan);
   }
 };
 
@@ -273,7 +308,8 @@ class AllToAllvLL : public LLStreamAlgorithm {
     plan.input = const_cast<char*>(static_cast<const char*>(args.input));
     plan.output = static_cast<char*>(args.output);
     plan.counts = makeHostCounts(args, v.rank, v.nRanks);
-    launchStreams(resources, args, config, plan, pairBytes(plan.counts, v.rank, v.nRanks));
+    launchCall(resources, args, config, planCall(resources, config, pairBytes(plan.counts, v.rank, v.nRanks)),
+               plan);
   }
 };
 
