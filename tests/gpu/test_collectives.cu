@@ -898,10 +898,10 @@ TEST_F(Collectives, SendRecvGroups) {
   auto& send = keep<GuardedBuffer>(n * slot * es);
   auto& recv = keep<GuardedBuffer>(n * slot * es);
   Rng rng(testSeed());
-  // AllToAll: one count for every pair, chunk p at p * slot on both sides (a strided group: sendrecv_ll
-  // computes its addresses, strided_group.cuh); AllToAllMixed: the same, but odd ranks add a zero-byte
-  // send and receive with themselves, so their groups are not strided and run the segment lists against
-  // their peers' strided plans.
+  // Strided groups (sendrecv_ll computes their addresses, strided_group.cuh): ring, self, ungrouped, ring
+  // both ways, AllToAll (one count for every pair, chunk p at p * slot on both sides); AllPairs (random
+  // counts) runs the segment lists; AllToAllMixed: as AllToAll, but odd ranks add a zero-byte send and
+  // receive with themselves, so their groups run the segment lists against their peers' strided plans.
   enum Pattern {
     Ring,
     AllPairs,

@@ -406,25 +406,27 @@ TEST(StridedGroup, AlltoallShapesAreFoundWithTheirScalars) {
       alltoallGroup(
           2, 4, 96, true, [](int p) { return 0x10000 + 96 * p; }, [](int p) { return 0x90000 + 96 * p; }),
       2, 4, g));
-  EXPECT_EQ(g.bytes, 96u);
-  EXPECT_TRUE(g.self);
+  EXPECT_EQ(g.sendPeers, 0xFu);
+  EXPECT_EQ(g.recvPeers, 0xFu);
+  EXPECT_EQ(g.sendBytes, 96u);
+  EXPECT_EQ(g.recvBytes, 96u);
   EXPECT_EQ(g.sendBase, 0x10000u);
   EXPECT_EQ(g.sendStride, 96u);
   EXPECT_EQ(g.recvBase, 0x90000u);
   EXPECT_EQ(g.recvStride, 96u);
-  // The header signature is the segment lists' for one operation (a peer running them agrees).
+  // The header signatures are the segment lists' for one operation (a peer running them agrees).
   const SendRecvPlan plan =
       makeSendRecvPlan(groupArgs(alltoallGroup(
                            2, 4, 96, true, [](int p) { return 96 * p; }, [](int p) { return 96 * p; })),
                        2, 4);
-  EXPECT_EQ(StridedPlan(g).sig, plan.sendSigs[0]);
-  EXPECT_EQ(StridedPlan(g).sig, plan.recvSigs[3]);
+  EXPECT_EQ(StridedPlan(g).sendSig(0), plan.sendSigs[0]);
+  EXPECT_EQ(StridedPlan(g).recvSig(3), plan.recvSigs[3]);
   // Without oneself, sides with different strides; rank 0's chunk (unused) is extrapolated.
   ASSERT_TRUE(isStrided(
       alltoallGroup(
           0, 4, 8, false, [](int p) { return 0x1000 + 64 * p; }, [](int p) { return 0x8000 + 8 * p; }),
       0, 4, g));
-  EXPECT_FALSE(g.self);
+  EXPECT_EQ(g.sendPeers, 0xEu);
   EXPECT_EQ(g.sendBase, 0x1000u);
   EXPECT_EQ(g.recvStride, 8u);
   // A negative stride (chunks in reverse order) and a zero stride (every send from one buffer).
@@ -438,7 +440,7 @@ TEST(StridedGroup, AlltoallShapesAreFoundWithTheirScalars) {
   ASSERT_TRUE(isStrided(alltoallGroup(
                             1, 2, 0, false, [](int) { return 0x50; }, [](int) { return 0x70; }),
                         1, 2, g));
-  EXPECT_EQ(g.bytes, 0u);
+  EXPECT_EQ(g.sendBytes, 0u);
   EXPECT_EQ(g.sendBase, 0x50u);
   EXPECT_EQ(g.recvBase, 0x70u);
   // The order of posting does not matter (the plan sorts by peer).
@@ -448,17 +450,41 @@ TEST(StridedGroup, AlltoallShapesAreFoundWithTheirScalars) {
   EXPECT_TRUE(isStrided(ops, 3, 4, g));
 }
 
+TEST(StridedGroup, OneSidedShapesAreFound) {
+  StridedGroup g;
+  // nccl-tests' gather on the root (rank 1): a send to oneself, a receive from every rank at r * count.
+  std::vector<P2POp> root = {{P2POp::Send, 1, fakePtr(0x100), 40}};
+  for (int r = 0; r < 4; ++r) root.push_back({P2POp::Recv, r, fakePtr(0x8000 + 40 * r), 40});
+  ASSERT_TRUE(isStrided(root, 1, 4, g));
+  EXPECT_EQ(g.sendPeers, 0x2u);
+  EXPECT_EQ(g.recvPeers, 0xFu);
+  EXPECT_EQ(g.recvBase, 0x8000u);
+  EXPECT_EQ(g.recvStride, 40u);
+  // ... and on another rank: one send to the root (no receive: the seed signature that way).
+  ASSERT_TRUE(isStrided({{P2POp::Send, 1, fakePtr(0x300), 40}}, 2, 4, g));
+  EXPECT_EQ(g.sendPeers, 0x2u);
+  EXPECT_EQ(g.recvPeers, 0u);
+  EXPECT_EQ(g.sendBase + g.sendStride, 0x300u);
+  EXPECT_EQ(StridedPlan(g).recvSig(1), kSigSeed);
+  EXPECT_EQ(StridedPlan(g).sendSig(1), mixSize(kSigSeed, 40));
+  // A ring step: send to the next rank, receive from the previous one, counts differing by direction.
+  ASSERT_TRUE(isStrided({{P2POp::Send, 3, fakePtr(0x10), 8}, {P2POp::Recv, 1, fakePtr(0x20), 24}}, 2, 4, g));
+  EXPECT_EQ(g.sendPeers, 0x8u);
+  EXPECT_EQ(g.recvPeers, 0x2u);
+  EXPECT_EQ(g.sendBytes, 8u);
+  EXPECT_EQ(g.recvBytes, 24u);
+  // Oneself only.
+  EXPECT_TRUE(isStrided({{P2POp::Recv, 0, fakePtr(0x20), 5}, {P2POp::Send, 0, fakePtr(0x10), 5}}, 0, 4, g));
+}
+
 TEST(StridedGroup, OtherGroupsAreNot) {
   StridedGroup g;
   const auto at = [](int p) { return 0x1000 + 64 * p; };
   const auto rat = [](int p) { return 0x9000 + 64 * p; };
-  // The segment lists run these: unequal counts, a peer missing, two operations with a peer, a chunk off
-  // the line, a stride that is not an integer, a send to oneself without the receive, a ring.
+  // The segment lists run these: counts differing within a direction, two operations with a peer, a chunk
+  // off the line, a stride that is not an integer, oneself one way only or with differing counts.
   auto ops = alltoallGroup(0, 4, 64, true, at, rat);
   ops[3].count = 63;  // recv from 1
-  EXPECT_FALSE(isStrided(ops, 0, 4, g));
-  ops = alltoallGroup(0, 4, 64, true, at, rat);
-  ops.erase(ops.begin() + 4, ops.begin() + 6);  // nothing with peer 2
   EXPECT_FALSE(isStrided(ops, 0, 4, g));
   ops = alltoallGroup(0, 4, 64, true, at, rat);
   ops.push_back({P2POp::Send, 1, fakePtr(0x7000), 0});
@@ -474,7 +500,12 @@ TEST(StridedGroup, OtherGroupsAreNot) {
   ops = alltoallGroup(0, 4, 64, false, at, rat);
   ops.push_back({P2POp::Send, 0, fakePtr(0x1000), 64});
   EXPECT_FALSE(isStrided(ops, 0, 4, g));
-  EXPECT_FALSE(isStrided({{P2POp::Send, 1, fakePtr(0x10), 8}, {P2POp::Recv, 3, fakePtr(0x20), 8}}, 0, 4, g));
+  EXPECT_FALSE(isStrided({{P2POp::Recv, 0, fakePtr(0x20), 5}, {P2POp::Send, 0, fakePtr(0x10), 6}}, 0, 4, g));
+  // A peer missing is fine (that pair is not part of the call).
+  ops = alltoallGroup(0, 4, 64, true, at, rat);
+  ops.erase(ops.begin() + 4, ops.begin() + 6);  // nothing with peer 2
+  EXPECT_TRUE(isStrided(ops, 0, 4, g));
+  EXPECT_EQ(g.sendPeers, 0xBu);
 }
 
 }  // namespace

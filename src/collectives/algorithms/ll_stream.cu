@@ -14,8 +14,8 @@
 //              advances (PairEpochs, as the LL exchange: every thread writes its share of the words).
 // The header guarantees >= 1 packet each way per LL pair and call (the half-reuse argument of PairEpochs).
 // Plans (the streams of a call): SendRecvPlan (per-peer segment lists), StridedPlan (sendrecv_ll's groups
-// shaped like an alltoall, addresses by arithmetic: strided_group.cuh), AllToAllPlan<HostCounts>
-// (alltoallv_ll).
+// of at most one send and one receive per peer at strided addresses, e.g. an alltoall, a gather, a ring
+// step: addresses by arithmetic, strided_group.cuh), AllToAllPlan<HostCounts> (alltoallv_ll).
 #include <memory>
 
 #include "collectives/algorithms/ll_stream.hpp"

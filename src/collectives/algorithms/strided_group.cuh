@@ -1,13 +1,14 @@
-// Strided groups: SendRecv groups shaped like an alltoall (nccl-tests' alltoall, an alltoall written as
-// grouped ncclSend/ncclRecv): with every other rank exactly one send and one receive, all of the same byte
-// count, optionally also one send and one receive with oneself, and on each side the buffers at
-// base + p * stride for peer p. sendrecv_ll runs such a group through the same LL stream kernel and wire
-// protocol as any other group (header packets, stream packets, pair epochs), with a plan whose addresses are
-// arithmetic on a few scalars (StridedPlan) instead of per-peer segment lists in the kernel parameters:
-// the lists cost a dependent constant-cache load at the head of every phase of the kernel (send, self copy,
-// receive). The wire protocol being the same, each rank decides alone (a peer whose own group is not strided
-// runs the segment lists against it); docs/collectives.md, "LL streams", "Strided groups".
-// The host part (stridedGroup) builds without nvcc (unit tests).
+// Strided groups: SendRecv groups in which this rank has at most one send to and at most one receive from
+// each rank, every send of one byte count and every receive of one byte count, with oneself either both or
+// neither (then of equal counts), and on each side the buffers at base + p * stride for peer p: an alltoall
+// posted as grouped ncclSend/ncclRecv (nccl-tests' alltoall), gather and scatter as nccl-tests posts them,
+// a ring step (send to next, receive from previous), a lone send or receive. sendrecv_ll runs such a group
+// through the same LL stream kernel and wire protocol as any other group (header packets, stream packets,
+// pair epochs), with a plan whose addresses and counts are arithmetic on a few scalars (StridedPlan) instead
+// of per-peer segment lists in the kernel parameters: the lists cost a dependent constant-cache load at the
+// head of every phase of the kernel (send, self copy, receive). The wire protocol being the same, each rank
+// decides alone (a peer whose own group is not strided runs the segment lists against it);
+// docs/collectives.md, "LL streams", "Strided groups". The host part (stridedGroup) builds without nvcc.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +18,17 @@
 namespace meshcomm::movement {
 
 // The scalars of a strided group. Chunk of peer p on each side: base + p * stride (modulo 2^64: strides
-// may be negative; the base of an unused peer index may lie outside every allocation and is never used).
+// may be negative; the address of a peer without an operation may lie outside every allocation and is
+// never used).
 struct StridedGroup {
-  uint64_t bytes = 0;  // of every operation
+  uint32_t sendPeers = 0, recvPeers = 0;  // bit p: one send to p / one receive from p (oneself included)
+  uint64_t sendBytes = 0, recvBytes = 0;  // of every send / every receive
   uint64_t sendBase = 0, sendStride = 0;
   uint64_t recvBase = 0, recvStride = 0;
-  bool self = false;  // the group has one send and one receive with oneself (copied locally)
 };
 
 // Fits base + p * stride through the addresses of the segments `first[p]` of every p in `peers` (a bit
-// mask; pure). At least one peer. False when they are not on one line with an integer stride.
+// mask; pure). No peer: base = stride = 0. False when they are not on one line with an integer stride.
 inline bool fitStride(const Seg* segs, const uint16_t* first, uint32_t peers, int n, uint64_t& base,
                       uint64_t& stride) {
   int p0 = -1, p1 = -1;
@@ -34,8 +36,9 @@ inline bool fitStride(const Seg* segs, const uint16_t* first, uint32_t peers, in
     if (!((peers >> p) & 1u)) continue;
     (p0 < 0 ? p0 : p1) = p;
   }
+  base = stride = 0;
+  if (p0 < 0) return true;
   const auto at = [&](int p) { return reinterpret_cast<uint64_t>(segs[first[p]].ptr); };
-  stride = 0;
   if (p1 >= 0) {
     const int64_t diff = static_cast<int64_t>(at(p1) - at(p0));
     if (diff % (p1 - p0) != 0) return false;
@@ -50,56 +53,70 @@ inline bool fitStride(const Seg* segs, const uint16_t* first, uint32_t peers, in
 // Whether rank `rank`'s group (its plan on n ranks) is strided; fills g when it is. Pure.
 inline bool stridedGroup(const SendRecvPlan& plan, int rank, int n, StridedGroup& g) {
   if (n < 2 || n > kMaxP2PRanks) return false;
-  const auto ops = [](const uint16_t* start, int p) { return start[p + 1] - start[p]; };
-  const bool self = ops(plan.sendStart, rank) == 1 && ops(plan.recvStart, rank) == 1;
-  if (!self && (ops(plan.sendStart, rank) != 0 || ops(plan.recvStart, rank) != 0)) return false;
-  const uint64_t bytes = plan.sendBytes[(rank + 1) % n];
-  uint32_t peers = 0;
-  for (int p = 0; p < n; ++p) {
-    if (p == rank && !self) continue;
-    if (ops(plan.sendStart, p) != 1 || ops(plan.recvStart, p) != 1) return false;
-    if (plan.sendBytes[p] != bytes || plan.recvBytes[p] != bytes) return false;
-    peers |= 1u << p;
-  }
   StridedGroup s;
-  s.bytes = bytes;
-  s.self = self;
-  if (!fitStride(plan.segs, plan.sendStart, peers, n, s.sendBase, s.sendStride) ||
-      !fitStride(plan.segs, plan.recvStart, peers, n, s.recvBase, s.recvStride))
+  bool anySend = false, anyRecv = false;
+  for (int p = 0; p < n; ++p) {
+    const int sends = plan.sendStart[p + 1] - plan.sendStart[p],
+              recvs = plan.recvStart[p + 1] - plan.recvStart[p];
+    if (sends > 1 || recvs > 1) return false;
+    if (sends == 1) {
+      if (anySend && plan.sendBytes[p] != s.sendBytes) return false;
+      s.sendBytes = plan.sendBytes[p];
+      s.sendPeers |= 1u << p;
+      anySend = true;
+    }
+    if (recvs == 1) {
+      if (anyRecv && plan.recvBytes[p] != s.recvBytes) return false;
+      s.recvBytes = plan.recvBytes[p];
+      s.recvPeers |= 1u << p;
+      anyRecv = true;
+    }
+  }
+  // Oneself: both a send and a receive of one count (the segment lists report the other cases), or neither.
+  const uint32_t me = 1u << rank;
+  if ((s.sendPeers & me) != (s.recvPeers & me)) return false;
+  if ((s.sendPeers & me) && s.sendBytes != s.recvBytes) return false;
+  if (!fitStride(plan.segs, plan.sendStart, s.sendPeers, n, s.sendBase, s.sendStride) ||
+      !fitStride(plan.segs, plan.recvStart, s.recvPeers, n, s.recvBase, s.recvStride))
     return false;
   g = s;
   return true;
 }
 
 // The LL stream plan of a strided group (the interface of SendRecvPlan that llStreamKernel uses).
-// send, recv, sendSig, recvSig: pure (scalars of the by-value plan). The signature is the one
-// SendRecvPlan computes for a single operation of `bytes`, so peers running segment lists agree with it.
+// send, recv, sendSig, recvSig: pure (scalars of the by-value plan). A peer without an operation in a
+// direction has an empty stream and the seed signature there; with one, the signature SendRecvPlan computes
+// for a single operation of that size, so peers running segment lists agree with it.
 struct StridedPlan : PlanBase {
   static constexpr bool kHeader = true;
   StridedGroup g;
-  uint64_t sig = mixSize(kSigSeed, 0);
+  uint64_t sendSig1 = kSigSeed, recvSig1 = kSigSeed;  // signatures of one send / one receive
 
   StridedPlan() = default;
-  explicit StridedPlan(const StridedGroup& group) : g(group), sig(mixSize(kSigSeed, group.bytes)) {}
+  explicit StridedPlan(const StridedGroup& group)
+      : g(group),
+        sendSig1(mixSize(kSigSeed, group.sendBytes)),
+        recvSig1(mixSize(kSigSeed, group.recvBytes)) {}
 
+  MESHCOMM_HOST_DEVICE_INLINE bool sends(int p) const { return (g.sendPeers >> p) & 1u; }
+  MESHCOMM_HOST_DEVICE_INLINE bool receives(int p) const { return (g.recvPeers >> p) & 1u; }
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t sendSig(int p) const { return sends(p) ? sendSig1 : kSigSeed; }
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t recvSig(int p) const { return receives(p) ? recvSig1 : kSigSeed; }
 #if defined(__CUDACC__)
   __device__ ContigStream send(const CommDeviceView&, int p) const {
-    return {reinterpret_cast<char*>(g.sendBase + static_cast<uint64_t>(p) * g.sendStride), g.bytes};
+    return {reinterpret_cast<char*>(g.sendBase + static_cast<uint64_t>(p) * g.sendStride),
+            sends(p) ? g.sendBytes : 0};
   }
   __device__ ContigStream recv(const CommDeviceView&, int p) const {
-    return {reinterpret_cast<char*>(g.recvBase + static_cast<uint64_t>(p) * g.recvStride), g.bytes};
-  }
-  __device__ uint64_t sendSig(int) const {
-    return sig;
-  }
-  __device__ uint64_t recvSig(int) const {
-    return sig;
+    return {reinterpret_cast<char*>(g.recvBase + static_cast<uint64_t>(p) * g.recvStride),
+            receives(p) ? g.recvBytes : 0};
   }
   // This block's share of the send to oneself -> receive from oneself (weak loads and stores, local; both
-  // sides have `bytes`, so there is no mismatch to report).
+  // sides have one count, so there is no mismatch to report).
   __device__ void selfCopy(const CommDeviceView& v, uint32_t part, uint32_t nParts, uint32_t tid,
                            uint32_t nt) const {
-    if (g.self) copyShare(recv(v, v.rank).ptr, send(v, v.rank).ptr, g.bytes, part, nParts, tid, nt);
+    if (sends(v.rank))
+      copyShare(recv(v, v.rank).ptr, send(v, v.rank).ptr, g.sendBytes, part, nParts, tid, nt);
   }
 #endif
 };
