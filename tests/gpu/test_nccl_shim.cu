@@ -88,6 +88,26 @@ class NcclShim : public GpuTest {
     std::string first;
     EXPECT_EQ(mismatches(download(buf, N), want, &first), 0u) << first;
   }
+
+  // On a rank other than the last: shrinks `c` without the last rank (`flags`), checks the new
+  // communicator's size and this rank's place in it (survivors keep their parent order), an allreduce of N
+  // elements sums over the survivors only; destroys it.
+  void shrinkWithoutLastThenSum(ncclComm_t c, int flags, size_t N) {
+    const int n = worldSize();
+    ncclComm_t sub = nullptr;
+    int excluded = n - 1;
+    NCCL_OK(ncclCommShrink(c, &excluded, 1, &sub, nullptr, flags));
+    ASSERT_NE(sub, nullptr);
+    int subCount = 0, subRank = -1;
+    NCCL_OK(ncclCommCount(sub, &subCount));
+    NCCL_OK(ncclCommUserRank(sub, &subRank));
+    EXPECT_EQ(subCount, n - 1);
+    EXPECT_EQ(subRank, rank());
+    std::vector<int> survivors(n - 1);
+    std::iota(survivors.begin(), survivors.end(), 0);
+    expectSumOverMembers(sub, survivors, N);
+    NCCL_OK(ncclCommDestroy(sub));
+  }
 };
 
 TEST_F(NcclShim, EveryCollectiveMatchesTheHostReference) {
@@ -294,20 +314,7 @@ TEST_F(NcclShim, ShrinkWithoutTheLastRank) {
   EXPECT_EQ(ncclCommShrink(c, nullptr, 0, &sub, nullptr, 7), ncclInvalidArgument);
   EXPECT_EQ(sub, nullptr);
 
-  if (me != gone) {
-    int excluded = gone;
-    NCCL_OK(ncclCommShrink(c, &excluded, 1, &sub, nullptr, NCCL_SHRINK_DEFAULT));
-    ASSERT_NE(sub, nullptr);
-    int subCount = 0, subRank = -1;
-    NCCL_OK(ncclCommCount(sub, &subCount));
-    NCCL_OK(ncclCommUserRank(sub, &subRank));
-    EXPECT_EQ(subCount, n - 1);
-    EXPECT_EQ(subRank, me);  // survivors keep their parent order
-    std::vector<int> survivors(n - 1);
-    for (int q = 0; q < n - 1; ++q) survivors[q] = q;
-    expectSumOverMembers(sub, survivors, 3001);
-    NCCL_OK(ncclCommDestroy(sub));
-  }
+  if (me != gone) shrinkWithoutLastThenSum(c, NCCL_SHRINK_DEFAULT, 3001);
   NCCL_OK(ncclCommDestroy(c));
 }
 
@@ -327,14 +334,7 @@ TEST_F(NcclShim, ShrinkAbortRecoversFromAMissingRank) {
   }
   float* stuck = deviceFloats(N);
   NCCL_OK(ncclAllReduce(stuck, stuck, N, ncclFloat32, ncclSum, c, stream()));  // rank `gone` never joins
-  ncclComm_t sub = nullptr;
-  int excluded = gone;
-  NCCL_OK(ncclCommShrink(c, &excluded, 1, &sub, nullptr, NCCL_SHRINK_ABORT));
-  ASSERT_NE(sub, nullptr);
-  std::vector<int> survivors(n - 1);
-  for (int q = 0; q < n - 1; ++q) survivors[q] = q;
-  expectSumOverMembers(sub, survivors, N);
-  NCCL_OK(ncclCommDestroy(sub));
+  shrinkWithoutLastThenSum(c, NCCL_SHRINK_ABORT, N);
   const auto t0 = std::chrono::steady_clock::now();
   NCCL_OK(ncclCommDestroy(c));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
@@ -431,16 +431,7 @@ TEST_F(NcclShim, RevokeStopsInFlightWorkThenSplitAndShrinkStillWork) {
   expectSumOverMembers(sub, sameParity, 4099);
   NCCL_OK(ncclCommDestroy(sub));
 
-  if (me != last) {
-    ncclComm_t shrunk = nullptr;
-    int excluded = last;
-    NCCL_OK(ncclCommShrink(c, &excluded, 1, &shrunk, nullptr, NCCL_SHRINK_DEFAULT));
-    ASSERT_NE(shrunk, nullptr);
-    std::vector<int> survivors(n - 1);
-    std::iota(survivors.begin(), survivors.end(), 0);
-    expectSumOverMembers(shrunk, survivors, 3001);
-    NCCL_OK(ncclCommDestroy(shrunk));
-  }
+  if (me != last) shrinkWithoutLastThenSum(c, NCCL_SHRINK_DEFAULT, 3001);
   t0 = std::chrono::steady_clock::now();
   NCCL_OK(ncclCommDestroy(c));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10))
