@@ -161,9 +161,17 @@ def build_native_library(file, *, arch=None, comm=None, extra_flags=(), cache_di
         key.update(b"\0")
     output = directory / f"{source.stem}-{key.hexdigest()[:20]}.so"
 
-    with open(directory / (output.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # the first rank builds; the others wait and find it built
+    if output.is_file():
+        return output, False
+    # The first rank builds under the lock; the others wait and find it built. Whoever holds the lock removes
+    # the lock file before releasing it (the cache keeps only libraries): waiters hold the old file, and once
+    # the library exists nobody builds again, so a fresh lock file of a later caller cannot race a build.
+    # Only after a failed build can two callers build at once (distinct temporary names, one result).
+    lock_path = directory / (output.name + ".lock")
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if output.is_file():
+            lock_path.unlink(missing_ok=True)
             return output, False
         fd, tmp = tempfile.mkstemp(prefix=output.stem + ".", suffix=".tmp.so", dir=directory)
         os.close(fd)
@@ -180,6 +188,7 @@ def build_native_library(file, *, arch=None, comm=None, extra_flags=(), cache_di
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+            lock_path.unlink(missing_ok=True)
     return output, True
 
 

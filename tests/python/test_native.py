@@ -80,7 +80,7 @@ def test_a_compile_error_shows_the_compiler_output(tmp_path):
     assert "nvcc failed" in text and "undefined_name" in text and str(src) in text
     assert isinstance(info.value, meshcomm.InvalidUsageError)
     assert info.value.code == meshcomm.ErrorCode.INVALID_USAGE
-    assert not any(p.suffix == ".so" for p in (tmp_path / "cache").iterdir())  # nothing half-built is cached
+    assert not any(p.suffix in (".so", ".lock") for p in (tmp_path / "cache").iterdir())  # nothing left behind
 
 
 @needs_nvcc
@@ -127,6 +127,7 @@ def test_concurrent_builds_of_one_file_compile_once(tmp_path):
     assert all(p.returncode == 0 for p in procs), outs
     assert sorted(int(o[0]) for o in outs) == [0, 0, 1], outs
     assert len({o[1] for o in outs}) == 1
+    assert not list(tmp_path.glob("*.lock"))  # the builder removed its lock file
 
 
 @needs_nvcc
