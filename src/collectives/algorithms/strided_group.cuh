@@ -53,24 +53,21 @@ inline bool fitStride(const Seg* segs, const uint16_t* first, uint32_t peers, in
 // Whether rank `rank`'s group (its plan on n ranks) is strided; fills g when it is. Pure.
 inline bool stridedGroup(const SendRecvPlan& plan, int rank, int n, StridedGroup& g) {
   if (n < 2 || n > kMaxP2PRanks) return false;
+  // One direction with `peer` (`ops` operations, `bytes` in all): at most one operation, and every operation
+  // of that direction of one count (`count`); `peers` collects the peers that have one.
+  const auto take = [](int ops, uint64_t bytes, int peer, uint32_t& peers, uint64_t& count) {
+    if (ops > 1 || (ops == 1 && peers != 0 && bytes != count)) return false;
+    if (ops == 1) {
+      count = bytes;
+      peers |= 1u << peer;
+    }
+    return true;
+  };
   StridedGroup s;
-  bool anySend = false, anyRecv = false;
   for (int p = 0; p < n; ++p) {
-    const int sends = plan.sendStart[p + 1] - plan.sendStart[p],
-              recvs = plan.recvStart[p + 1] - plan.recvStart[p];
-    if (sends > 1 || recvs > 1) return false;
-    if (sends == 1) {
-      if (anySend && plan.sendBytes[p] != s.sendBytes) return false;
-      s.sendBytes = plan.sendBytes[p];
-      s.sendPeers |= 1u << p;
-      anySend = true;
-    }
-    if (recvs == 1) {
-      if (anyRecv && plan.recvBytes[p] != s.recvBytes) return false;
-      s.recvBytes = plan.recvBytes[p];
-      s.recvPeers |= 1u << p;
-      anyRecv = true;
-    }
+    if (!take(plan.sendStart[p + 1] - plan.sendStart[p], plan.sendBytes[p], p, s.sendPeers, s.sendBytes) ||
+        !take(plan.recvStart[p + 1] - plan.recvStart[p], plan.recvBytes[p], p, s.recvPeers, s.recvBytes))
+      return false;
   }
   // Oneself: both a send and a receive of one count (the segment lists report the other cases), or neither.
   const uint32_t me = 1u << rank;
