@@ -196,7 +196,8 @@ int scalableIdCreator(int id, int nRanks, int nIds) {
 namespace {
 
 // One launch of an algorithm: latency (us) and bandwidth of the traffic (GB/s = 1e3 bytes/us). Fitted to
-// meshcomm-bench on 4x H200 (bench/results/2026-11-22-h200x4-collectives-session10.json, docs/nccl.md).
+// meshcomm-bench on 4x H200 (bench/results/2026-11-22-h200x4-collectives-session10.json; allgather_ll and
+// alltoall_ll: 2026-11-22-h200x4-session14.md, one LL packet per thread; docs/nccl.md).
 struct LaunchCost {
   const char* algorithm;
   Collective collective;
@@ -207,11 +208,11 @@ struct LaunchCost {
 constexpr LaunchCost kLaunchCosts[] = {
     {"allreduce_oneshot_ll", Collective::AllReduce, 6.1, 80, false},
     {"allreduce_rsag", Collective::AllReduce, 15.3, 341, true},
-    {"allgather_ll", Collective::AllGather, 3.6, 81, false},
+    {"allgather_ll", Collective::AllGather, 3.2, 150, false},
     {"allgather_scratch", Collective::AllGather, 10.0, 324, true},
     {"reduce_scatter_ll", Collective::ReduceScatter, 6.4, 159, false},
     {"reduce_scatter_scratch", Collective::ReduceScatter, 9.7, 321, true},
-    {"alltoall_ll", Collective::AllToAll, 3.9, 53, false},
+    {"alltoall_ll", Collective::AllToAll, 3.2, 144, false},
     {"alltoall_scratch", Collective::AllToAll, 10.4, 322, true},
     {"broadcast_ll", Collective::Broadcast, 3.3, 129, false},
     {"broadcast_chain", Collective::Broadcast, 8.0, 346, true},

@@ -137,7 +137,8 @@ TEST(NcclShimTypes, ScalableIdCreatorsAreTheRanksNcclDocuments) {
 }
 
 // The model reproduces the 4x H200 measurements it was fitted to (bench/results/2026-11-22-h200x4-
-// collectives-session10.json, meshcomm-bench out of place; reduce_direct: -session12.json), falls back to the
+// collectives-session10.json, meshcomm-bench out of place; reduce_direct: -session12.json; allgather_ll and
+// alltoall_ll: 2026-11-22-h200x4-session14.md), falls back to the
 // large-message algorithm of the collective for algorithms without measurements, and grows with the bytes.
 TEST(NcclShimTypes, LaunchEstimatesFollowTheMeasuredModel) {
   struct Row {
@@ -148,7 +149,9 @@ TEST(NcclShimTypes, LaunchEstimatesFollowTheMeasuredModel) {
   };
   const Row rows[] = {{Collective::AllReduce, "allreduce_oneshot_ll", 1024, 5.75},
                       {Collective::AllReduce, "allreduce_rsag", 1073741824, 4647.35},
+                      {Collective::AllGather, "allgather_ll", 1048576, 8.44},
                       {Collective::AllGather, "allgather_scratch", 16777216, 53.36},
+                      {Collective::AllToAll, "alltoall_ll", 65536, 3.59},
                       {Collective::ReduceScatter, "reduce_scatter_ll", 65536, 6.87},
                       {Collective::AllToAll, "alltoall_scratch", 268435456, 613.31},
                       {Collective::Broadcast, "broadcast_chain", 67108864, 201.24},

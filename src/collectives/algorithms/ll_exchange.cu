@@ -46,8 +46,7 @@ void LLExchangeAlgorithm::launch(CommResources& resources, const CollectiveArgs&
   if (bytes == 0) return;  // equal on every rank; an LL call must carry at least one packet per pair
   requireFitsLLSlot(v, name_, bytes, maxBytesPerPeer_);
   const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
-  const LLGrid g =
-      llGrid(config, v.nRanks, llBlocksPerPeer(bytes, threads, kLLPacketsPerThread, resources.topology()));
+  const LLGrid g = llGrid(config, v.nRanks, llBlocksPerPeer(bytes, threads, resources.topology()));
   llExchangeKernel<<<g.blocks, threads, 0, args.stream>>>(
       v, region_, epochs_, g.blocksPerPeer, static_cast<const char*>(args.input),
       static_cast<char*>(args.output), bytes, srcStrided_ ? bytes : 0, bytes);

@@ -227,7 +227,7 @@ struct LLStreamShape {
 inline LLStreamShape llStreamShape(const PairSplit& s, uint64_t selfBytes, int threads,
                                    const CommTopology& topo) {
   LLStreamShape g;
-  if (s.nLL > 0) g.blocksPerPeer = llBlocksPerPeer(s.maxLLBytes, threads, kLLPacketsPerThread, topo);
+  if (s.nLL > 0) g.blocksPerPeer = llBlocksPerPeer(s.maxLLBytes, threads, topo);
   g.pairBlocks = s.nLL * g.blocksPerPeer;
   const uint64_t maxSelf = static_cast<uint64_t>(std::max(1, topo.smCount));
   g.selfBlocks = static_cast<int>(

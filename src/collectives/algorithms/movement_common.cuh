@@ -45,7 +45,7 @@ namespace meshcomm::movement {
 constexpr int kEngineThreads = 512;  // threads of a pairwise-engine block (at most; 64 regs at 1024 spilled)
 constexpr int kLLThreads = 512;      // default threads of an LL block
 constexpr int kLLMaxBlocksPerPeer = 64;         // epoch words per peer of an LL algorithm
-constexpr int kLLPacketsPerThread = 4;          // LL blocks per peer = packets / (threads * this)
+constexpr int kLLPacketsPerThread = 1;          // LL blocks per peer = packets / (threads * this)
 constexpr uint32_t kSelfCopySlices = 8;         // at most: the local copy is spread over the first steps
 constexpr uint64_t kSelfSliceBytes = 64 << 10;  // at least per slice (smaller copies go in one piece)
 constexpr uint64_t kHeaderBytes = 2 * sizeof(LL16Packet);
@@ -163,12 +163,14 @@ inline std::string llUnsupportedReason(const CollectiveArgs& args, const CommTop
   return {};
 }
 
-// Default LL blocks per peer: enough for `packetsPerThread` packets per thread, at most kLLMaxBlocksPerPeer
-// and the SMs' share of one peer.
-inline int llBlocksPerPeer(uint64_t bytes, int threads, int packetsPerThread, const CommTopology& topo) {
+// Default LL blocks per peer: one packet per thread (kLLPacketsPerThread), at most kLLMaxBlocksPerPeer and
+// the SMs' share of one peer. LL kernels are latency-bound on their flag polls, so more blocks win: with 4
+// packets per thread (before session 14) alltoall_ll took 1.49x and allgather_ll 1.47x as long at 64 KiB on
+// 4x H200.
+inline int llBlocksPerPeer(uint64_t bytes, int threads, const CommTopology& topo) {
   const uint64_t packets = divUp(bytes, LL16Packet::kPayloadBytes);
   const int want = static_cast<int>(std::min<uint64_t>(
-      kLLMaxBlocksPerPeer, divUp(packets, static_cast<uint64_t>(threads) * packetsPerThread)));
+      kLLMaxBlocksPerPeer, divUp(packets, static_cast<uint64_t>(threads) * kLLPacketsPerThread)));
   const int bySm = std::max(1, topo.smCount / std::max(1, topo.nRanks - 1));
   return std::max(1, std::min(want, bySm));
 }
@@ -733,8 +735,7 @@ class LLExchangeAlgorithm : public Algorithm {
 
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    return {llBlocksPerPeer(bytes, kLLThreads, kLLPacketsPerThread, topo) * std::max(1, topo.nRanks - 1),
-            kLLThreads};
+    return {llBlocksPerPeer(bytes, kLLThreads, topo) * std::max(1, topo.nRanks - 1), kLLThreads};
   }
 
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,

@@ -20,7 +20,6 @@ namespace {
 enum class RootedMode : int { Broadcast, Gather, Scatter };
 
 constexpr uint64_t kRootedLLBudgets[] = {1u << 20, 512u << 10, 256u << 10};
-constexpr int kRootedPacketsPerThread = 1;  // more blocks than the exchange: one packet per thread
 
 struct PacketShare {
   uint64_t pk0, off, len;  // packets [pk0, ...) = payload bytes [off, off + len)
@@ -103,8 +102,7 @@ class RootedLL : public Algorithm {
 
   LaunchConfig defaultConfig(const CollectiveArgs& args, const CommTopology& topo) const override {
     const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
-    return {llBlocksPerPeer(bytes, kLLThreads, kRootedPacketsPerThread, topo) * std::max(1, topo.nRanks - 1),
-            kLLThreads};
+    return {llBlocksPerPeer(bytes, kLLThreads, topo) * std::max(1, topo.nRanks - 1), kLLThreads};
   }
 
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
@@ -114,8 +112,7 @@ class RootedLL : public Algorithm {
     if (bytes == 0) return;  // equal on every rank; every active pair must carry >= 1 packet each way
     requireFitsLLSlot(v, name_, bytes, maxBytesPerPeer_);
     const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
-    const LLGrid g = llGrid(config, v.nRanks,
-                            llBlocksPerPeer(bytes, threads, kRootedPacketsPerThread, resources.topology()));
+    const LLGrid g = llGrid(config, v.nRanks, llBlocksPerPeer(bytes, threads, resources.topology()));
     llRootedKernel<<<g.blocks, threads, 0, args.stream>>>(
         v, region_, epochs_, g.blocksPerPeer, static_cast<const char*>(args.input),
         static_cast<char*>(args.output), bytes, args.root, mode_);
