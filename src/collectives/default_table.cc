@@ -9,8 +9,9 @@
 // with the LL pack layout of session 9 (coalesced packet stores) it runs 256 KiB on 4x H200 in 11.0-11.9 us,
 // two-shot in 13.5-13.8 (meshcomm-tune, session 9); on 2 ranks both move the same bytes over the one link
 // and one-shot saves a hop. Larger worlds keep two-shot above 128 KiB: one-shot's traffic per rank grows
-// with n - 1 (not measured beyond 4 GPUs). allgather_ll and alltoall_ll up to 1 MiB since session 14 (one LL
-// packet per thread: 8.4-8.8 us at 1 MiB vs 11.2-11.6 for the *_scratch engines; meshcomm-tune and
+// with n - 1 (not measured beyond 4 GPUs).
+// allgather_ll and alltoall_ll up to 1 MiB since session 14 (one LL packet per thread): 8.4-8.8 us at 1 MiB
+// vs 11.2-11.6 for the *_scratch engines on 4x H200, 6.5-6.6 vs 9.8-9.9 on 2 (meshcomm-tune and
 // bench/results/2026-11-22-h200x4-session14.md).
 #include "collectives/default_table.hpp"
 
