@@ -37,7 +37,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -53,6 +52,7 @@
 #include "meshcomm/comm.hpp"
 #include "meshcomm/core.hpp"
 #include "byte_size.hpp"
+#include "repeat_timing.hpp"
 #include "tool_rank.hpp"
 #include "nccl_loader.hpp"
 
@@ -878,12 +878,7 @@ class Bench {
   }
 
   // Times `launch(call k)` per nccl-tests: warm-up, barrier, -n iterations (eager or one graph), average; the
-  // median of timedRepeats(bytes) such timings (9 where one timing is short enough for a host stall to
-  // matter, see the top of the file).
-  static constexpr uint64_t kManyRepeatsMaxBytes = 16ull << 20;
-  static int timedRepeats(uint64_t bytes, bool graph) {
-    return graph || bytes <= kManyRepeatsMaxBytes ? 9 : 5;
-  }
+  // median of tools::timedRepeats(bytes) such timings (repeat_timing.hpp, see the top of the file).
   double timeOp(const std::function<void(int)>& launch, uint64_t bytes, bool graph) {
     for (int k = 0; k < o_.warmup; ++k) launch(k);
     MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -907,26 +902,21 @@ class Bench {
       MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));  // untimed replay
       MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
-    // timedRepeats timed repeats, each aligned by a host barrier; the median resists one-off stalls (a
-    // single timed launch let one hiccup of either library decide a whole row).
+    // Timed repeats, each aligned by a host barrier; the median resists one-off stalls (a single timed
+    // launch let one hiccup of either library decide a whole row).
     std::vector<double> repeats;
-    const int nRepeats = timedRepeats(bytes, graph);
-    for (int r = 0; r < nRepeats; ++r) {
-      comm_.communicator().bootstrap().barrier();
-      const auto t0 = std::chrono::steady_clock::now();
-      if (graph) {
-        MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-      } else {
-        for (int k = 0; k < o_.iters; ++k) launch(k);
-      }
-      MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      repeats.push_back(
-          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
-          o_.iters);
-    }
+    const double us = tools::medianTimedUs(
+        tools::timedRepeats(bytes, graph), o_.iters, [&] { comm_.communicator().bootstrap().barrier(); },
+        [&] {
+          if (graph) {
+            MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+          } else {
+            for (int k = 0; k < o_.iters; ++k) launch(k);
+          }
+          MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        },
+        &repeats);
     if (o_.verbose) printRepeats(repeats);
-    std::nth_element(repeats.begin(), repeats.begin() + nRepeats / 2, repeats.end());
-    const double us = repeats[nRepeats / 2];
     if (exec) cudaGraphExecDestroy(exec);
     comm_.checkError();
     return averageOverRanks(us);

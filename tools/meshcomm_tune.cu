@@ -9,14 +9,14 @@
 // CollectiveArgs::messageBytes), every algorithm of Comm::algorithms().forCollective() whose
 // unsupportedReason() is empty runs through Comm::run with its default launch configuration and the
 // candidates below; time = warm-up, then -n back-to-back iterations (eager, or one CUDA graph with -G) on
-// rotating buffers, host clock to stream completion / n, averaged over ranks. Rank 0 picks the fastest per
+// rotating buffers, host clock to stream completion / n, the median of several such repeats (as
+// meshcomm-bench: repeat_timing.hpp), averaged over ranks. Rank 0 picks the fastest per
 // size; adjacent sizes with the same winner merge into one rule (world_size = N; the first rule of a
 // collective starts at 0 bytes, the last one has no upper bound). Every rank runs the same sequence; a
 // candidate that throws (on any rank) is dropped. Out-of-place only.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,6 +33,7 @@
 #include "meshcomm/comm.hpp"
 #include "meshcomm/core.hpp"
 #include "byte_size.hpp"
+#include "repeat_timing.hpp"
 #include "tool_rank.hpp"
 
 using namespace meshcomm;
@@ -225,21 +226,24 @@ class Tuner {
       if (exec) cudaGraphExecDestroy(exec);
       return NAN;
     }
-    comm_.communicator().bootstrap().barrier();
-    const auto t0 = std::chrono::steady_clock::now();
+    // The median of timed repeats (repeat_timing.hpp, as meshcomm-bench): one timed launch let a one-off
+    // stall pick a table's winner.
     try {
-      if (o_.graph)
-        MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
-      else
-        for (int k = 0; k < o_.iters; ++k) comm_.run(args(c, S, k), algo, cfg);
-      MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      us = tools::medianTimedUs(
+          tools::timedRepeats(S, o_.graph), o_.iters, [&] { comm_.communicator().bootstrap().barrier(); },
+          [&] {
+            if (o_.graph)
+              MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+            else
+              for (int k = 0; k < o_.iters; ++k) comm_.run(args(c, S, k), algo, cfg);
+            MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+          });
       comm_.checkError();
     } catch (const std::exception& e) {
       ok = false;
       std::fprintf(stderr, "[rank %d] meshcomm-tune: %s failed while timed: %s\n", rank_, algo.c_str(),
                    e.what());
     }
-    us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / o_.iters;
     if (exec) cudaGraphExecDestroy(exec);
     std::vector<double> all(n_);
     all[rank_] = ok ? us : NAN;
