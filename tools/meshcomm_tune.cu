@@ -227,22 +227,34 @@ class Tuner {
       return NAN;
     }
     // The median of timed repeats (repeat_timing.hpp, as meshcomm-bench): one timed launch let a one-off
-    // stall pick a table's winner.
-    try {
-      us = tools::medianTimedUs(
-          tools::timedRepeats(S, o_.graph), o_.iters, [&] { comm_.communicator().bootstrap().barrier(); },
-          [&] {
+    // stall pick a table's winner. A rank whose launch fails skips its remaining launches but still joins
+    // every repeat's barrier, so the ranks' bootstrap operations stay in step.
+    std::optional<std::string> failure;
+    us = tools::medianTimedUs(
+        tools::timedRepeats(S, o_.graph), o_.iters, [&] { comm_.communicator().bootstrap().barrier(); },
+        [&] {
+          if (failure) return;
+          try {
             if (o_.graph)
               MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
             else
               for (int k = 0; k < o_.iters; ++k) comm_.run(args(c, S, k), algo, cfg);
             MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
-          });
-      comm_.checkError();
-    } catch (const std::exception& e) {
+          } catch (const std::exception& e) {
+            failure = e.what();
+          }
+        });
+    if (!failure) {
+      try {
+        comm_.checkError();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    }
+    if (failure) {
       ok = false;
       std::fprintf(stderr, "[rank %d] meshcomm-tune: %s failed while timed: %s\n", rank_, algo.c_str(),
-                   e.what());
+                   failure->c_str());
     }
     if (exec) cudaGraphExecDestroy(exec);
     std::vector<double> all(n_);
