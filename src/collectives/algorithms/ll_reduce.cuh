@@ -144,12 +144,9 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
     const uint64_t perSlotBudget =
         static_cast<uint64_t>(static_cast<double>(packetBytes_) * budgetFraction_) /
         (2ull * kLLAreas<M> * nRanks_);
-    slotBytes_ = std::min<uint64_t>(llSlotBytesFor<M>(nRanks_, maxBytes_),
-                                    perSlotBudget / kPackGroupBytes * kPackGroupBytes);
-    if (slotBytes_ > 0) {
-      regionOffset_ = resources.reservePacketRegion(2ull * kLLAreas<M> * nRanks_ * slotBytes_);
-    }
-    epoch_ = resources.allocateDeviceWords(kLLEpochWords);
+    const uint64_t slot = std::min<uint64_t>(llSlotBytesFor<M>(nRanks_, maxBytes_),
+                                             perSlotBudget / kPackGroupBytes * kPackGroupBytes);
+    region_.reserve(resources, slot, 2ull * kLLAreas<M> * nRanks_ * slot);
   }
 
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
@@ -160,9 +157,9 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
       return detail::concat("message of ", bytes, " bytes is below ", kPackBytes * topo.nRanks,
                             " (every rank must own a non-empty segment; use allreduce_oneshot_ll)");
     }
-    if (llSlotBytesFor<M>(topo.nRanks, bytes) > slotBytes_) {
+    if (llSlotBytesFor<M>(topo.nRanks, bytes) > region_.slotBytes) {
       return detail::concat("message of ", bytes, " bytes", M == LLMode::ReduceScatter ? " per rank" : "",
-                            " exceeds the packet region (", slotBytes_,
+                            " exceeds the packet region (", region_.slotBytes,
                             " packet bytes per slot; MESHCOMM_PACKET_BYTES=", packetBytes_, ")");
     }
     return {};
@@ -179,7 +176,7 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
     if (args.count == 0) return;
     const CommTopology& topo = resources.topology();
     const LaunchConfig c = resolveConfig(config, defaultConfig(args, topo), maxBlocks(topo));
-    const RegionCallArgs a = regionCallArgs(resources, args, regionOffset_, slotBytes_, epoch_);
+    const RegionCallArgs a = regionCallArgs(resources, args, region_);
     dispatch(args, [&](auto tag) {
       using Tag = decltype(tag);
       llReduceKernel<Tag::kType, Tag::kOp, M><<<c.nBlocks, c.nThreadsPerBlock, 0, args.stream>>>(a);
@@ -192,9 +189,7 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
   uint64_t maxBytes_;
   double budgetFraction_;
   int packsPerBlock_;
-  uint64_t slotBytes_ = 0;
-  size_t regionOffset_ = 0;
-  uint64_t* epoch_ = nullptr;
+  ReductionRegion region_;
 };
 
 }  // namespace meshcomm::reduction

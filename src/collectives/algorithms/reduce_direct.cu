@@ -184,20 +184,17 @@ class ReduceDirect : public ReductionAlgorithm {
     const uint64_t perSlotBudget =
         static_cast<uint64_t>(static_cast<double>(packetBytes_) * kBudgetFraction) / (2ull * nRanks_);
     const uint64_t fit = (perSlotBudget - sizeof(uint64_t)) * kChunkBytes / (kChunkBytes + sizeof(uint64_t));
-    slotBytes_ = std::min<uint64_t>(kMaxBytes, fit / kChunkBytes * kChunkBytes);
-    if (slotBytes_ > 0) {
-      const uint64_t perSlot = slotBytes_ + sizeof(uint64_t) + slotBytes_ / kChunkBytes * sizeof(uint64_t);
-      regionOffset_ = resources.reservePacketRegion(2ull * nRanks_ * perSlot);
-    }
-    epoch_ = resources.allocateDeviceWords(kLLEpochWords);
+    const uint64_t slot = std::min<uint64_t>(kMaxBytes, fit / kChunkBytes * kChunkBytes);
+    const uint64_t perSlot = slot + sizeof(uint64_t) + slot / kChunkBytes * sizeof(uint64_t);
+    region_.reserve(resources, slot, 2ull * nRanks_ * perSlot);
   }
 
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
     std::string r = commonReason(args, topo);
     if (!r.empty()) return r;
     const uint64_t bytes = args.count * dataTypeSize(args.dtype);
-    if (bytes > slotBytes_) {
-      return detail::concat("message of ", bytes, " bytes exceeds the region (", slotBytes_,
+    if (bytes > region_.slotBytes) {
+      return detail::concat("message of ", bytes, " bytes exceeds the region (", region_.slotBytes,
                             " bytes per rank; MESHCOMM_PACKET_BYTES=", packetBytes_, ")");
     }
     return {};
@@ -213,7 +210,7 @@ class ReduceDirect : public ReductionAlgorithm {
     if (args.count == 0) return;
     const CommTopology& topo = resources.topology();
     const LaunchConfig c = resolveConfig(config, defaultConfig(args, topo), maxBlocks(topo));
-    const RegionCallArgs a = regionCallArgs(resources, args, regionOffset_, slotBytes_, epoch_);
+    const RegionCallArgs a = regionCallArgs(resources, args, region_);
     dispatch(args, [&](auto tag) {
       using Tag = decltype(tag);
       reduceDirectKernel<Tag::kType, Tag::kOp>
@@ -224,9 +221,7 @@ class ReduceDirect : public ReductionAlgorithm {
  private:
   static int maxBlocks(const CommTopology& topo) { return std::min(kMaxBlocksCap, smCountOf(topo)); }
 
-  uint64_t slotBytes_ = 0;
-  size_t regionOffset_ = 0;
-  uint64_t* epoch_ = nullptr;
+  ReductionRegion region_;
 };
 
 }  // namespace

@@ -111,8 +111,22 @@ MESHCOMM_DEVICE_INLINE void finishLLEpoch(uint64_t* words, const LLEpoch& e) {
 // ---- region call arguments
 // ---------------------------------------------------------------------------------
 
-// Launch arguments of a reduction kernel over the algorithm's packet region with LL epoch words (the LL
-// reductions, reduce_direct).
+// The packet region of a region reduction (the LL reductions, reduce_direct) and its LL epoch words.
+struct ReductionRegion {
+  uint64_t slotBytes = 0;  // per slot; 0: the packet buffer had no room (non-empty calls unsupported)
+  size_t offset = 0;       // of the region in every rank's packet buffer
+  uint64_t* epoch = nullptr;
+
+  // At initialize(): the region of `regionBytes` (when a slot of `slot` bytes fits at all) and the epoch
+  // words (always: every rank allocates the same).
+  void reserve(CommResources& resources, uint64_t slot, uint64_t regionBytes) {
+    slotBytes = slot;
+    if (slotBytes > 0) offset = resources.reservePacketRegion(regionBytes);
+    epoch = resources.allocateDeviceWords(kLLEpochWords);
+  }
+};
+
+// Launch arguments of a reduction kernel over its ReductionRegion.
 struct RegionCallArgs {
   CommDeviceView view;
   const char* input;
@@ -125,15 +139,15 @@ struct RegionCallArgs {
 };
 
 inline RegionCallArgs regionCallArgs(CommResources& resources, const CollectiveArgs& args,
-                                     uint64_t regionOffset, uint64_t slotBytes, uint64_t* epoch) {
+                                     const ReductionRegion& region) {
   RegionCallArgs a;
   a.view = resources.view();
   a.input = static_cast<const char*>(args.input);
   a.output = static_cast<char*>(args.output);
   a.bytes = args.count * dataTypeSize(args.dtype);
-  a.regionOffset = regionOffset;
-  a.slotBytes = slotBytes;
-  a.epoch = epoch;
+  a.regionOffset = region.offset;
+  a.slotBytes = region.slotBytes;
+  a.epoch = region.epoch;
   a.red = makeReduceParams(args.op, resources.topology().nRanks);
   return a;
 }
