@@ -1274,6 +1274,58 @@ TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
   EXPECT_EQ(failures_, 0u);
 }
 
+// Ranks 0 and 1 send to each other and neither posts a receive (NCCL hangs): both report that the other
+// sent what they did not expect, promptly (not a timeout), on the LL path and on the engine's with streams
+// of more pieces than a lane's buffers hold: there both blocks are send-only (they read the peer's header
+// after their steps), and each stops waiting for a credit when the peer's header says it expects nothing
+// (awaitCreditUnlessRefused). Other ranks do nothing. The error is fatal for a Comm: a fresh one per case.
+TEST_F(Collectives, SendsWithoutReceivesAreReportedOnBothSides) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  const int me = rank();
+  // Engine: 256 MiB is more than 4 rounds (kEngineSlots buffers per lane) of the engine's largest pieces at
+  // 2-8 ranks (~40 MiB per round at n = 2), so the senders must wait for credits that never come.
+  const uint64_t sizes[] = {4000, uint64_t{256} << 20};
+  auto& send = keep<GuardedBuffer>(sizes[1]);
+  for (uint64_t bytes : sizes) {
+    const std::string ctx = detail::concat(bytes, " bytes each way between ranks 0 and 1, no receives");
+    bool ok = true;
+    try {
+      if (me < 2) {
+        send.poison(stream(), 0x3A);
+        cc().send(send.at(0), bytes, DataType::U8, 1 - me, stream());
+      }
+      MESHCOMM_TEST_CHECK_LAUNCH();
+      const auto t0 = std::chrono::steady_clock::now();
+      MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+      const double ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      bool reported = false;
+      std::string what;
+      try {
+        cc().checkError();
+      } catch (const Error& e) {
+        reported = true;
+        what = e.what();
+      }
+      if (me < 2) {
+        if (!reported)
+          fail(ctx, "no error reported");
+        else if (what.find(detail::concat("counts disagree with peer ", 1 - me)) == std::string::npos)
+          fail(ctx, "unexpected error: " + what);
+        if (ms > 2000) fail(ctx, detail::concat("took ", ms, " ms (a timeout, not the header's refusal?)"));
+      } else if (reported) {
+        fail(ctx, "unexpected error: " + what);
+      }
+    } catch (const std::exception& e) {
+      fail(ctx, e.what());
+      ok = false;
+    }
+    agree(ok, 0);
+    rebuildComm();
+  }
+  EXPECT_EQ(failures_, 0u);
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // barrier
 // ---------------------------------------------------------------------------------------------------------

@@ -11,15 +11,17 @@
 //    NCCL's head/tail protocol, no opening handshake). A Plan says what each rank sends to / receives from
 //    each peer (byte streams) and what it copies locally; allgather, alltoall(v), broadcast, gather, scatter
 //    and sendrecv are Plans. Per block:
-//      [header LL packets: my byte count and signature, when the Plan has kHeader]
+//      [header LL packets: my byte count, its signature and the count I expect back, when the Plan has
+//       kHeader; read before the steps, or after them when this rank expects nothing from the peer]
 //      step s = 0, 1, ...:
 //               put:  await the credit of piece s (the peer has copied out the piece K before it on this
 //                     lane), piece s of my stream -> the peer's buffer, publish
 //               copy: await the peer's piece s-kCopyLag, copy it out, release its buffer
 //               one slice of the local copy (up to kSelfCopySlices slices of >= kSelfSliceBytes)
 //    (the publishes and releases are a publisher warp's, overlapping the next steps: see pairwiseKernel)
-//    T = ceil(bytes / roundBytes) per direction, with roundBytes computed identically on both sides, so both
-//    count the same pieces. A sender runs up to K pieces ahead of its receiver.
+//    T = ceil(bytes / roundBytes) per direction, with the direction's roundBytes computed from its sender's
+//    view (the receiver takes it from the header), so both count the same pieces. A sender runs up to K
+//    pieces ahead of its receiver.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,7 +50,7 @@ constexpr int kLLMaxBlocksPerPeer = 64;         // epoch words per peer of an LL
 constexpr int kLLPacketsPerThread = 1;          // LL blocks per peer = packets / (threads * this)
 constexpr uint32_t kSelfCopySlices = 8;         // at most: the local copy is spread over the first steps
 constexpr uint64_t kSelfSliceBytes = 64 << 10;  // at least per slice (smaller copies go in one piece)
-constexpr uint64_t kHeaderBytes = 2 * sizeof(LL16Packet);
+constexpr uint64_t kHeaderBytes = 3 * sizeof(LL16Packet);  // PairHeader (the engine's)
 // LL region budgets tried in order at initialize() (the first one the packet buffer can still hold).
 constexpr uint64_t kLLRegionBudgets[] = {4u << 20, 2u << 20, 1u << 20, 512u << 10, 256u << 10};
 
@@ -451,8 +453,74 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
   return true;
 }
 
+// Header of an engine pair (kHeader plans), from the block with c == 0 at its start: what this rank sends
+// to the peer (bytes, signature of the operation sizes) and the bytes it expects back. A direction's piece
+// size depends on both counts of its sender (roundBasisBytes), so the receiver cuts the stream as the
+// sender did without the sender waiting for anything; `expect` == 0 tells the peer that this rank will copy
+// nothing out.
+struct PairHeader {  // (no member initializers: it lives in __shared__ memory)
+  uint64_t bytes, sig, expect;
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t roundBasisBytes() const { return bytes > expect ? bytes : expect; }
+};
+
+// Three LL16 packets, each visible on its own through its flags (a reader wants all three).
+MESHCOMM_DEVICE_INLINE void writePairHeader(char* outbox, const PairHeader& h, uint32_t flag) {
+  writeHeader(outbox, h.bytes, h.sig, flag);
+  reinterpret_cast<LL16Packet*>(outbox)[2].write(static_cast<uint32_t>(h.expect),
+                                                 static_cast<uint32_t>(h.expect >> 32), flag);
+}
+
+// One poll of the three packets (LL16 reads: no fence, the header carries no data to acquire).
+MESHCOMM_DEVICE_INLINE bool tryReadPairHeader(const char* inbox, uint32_t flag, PairHeader& h) {
+  const auto* p = reinterpret_cast<const LL16Packet*>(inbox);
+  uint32_t w[6];
+  const bool a = p[0].tryRead(flag, w[0], w[1]);
+  const bool b = p[1].tryRead(flag, w[2], w[3]);
+  const bool c = p[2].tryRead(flag, w[4], w[5]);
+  if (!(a && b && c)) return false;
+  h.bytes = static_cast<uint64_t>(w[0]) | (static_cast<uint64_t>(w[1]) << 32);
+  h.sig = static_cast<uint64_t>(w[2]) | (static_cast<uint64_t>(w[3]) << 32);
+  h.expect = static_cast<uint64_t>(w[4]) | (static_cast<uint64_t>(w[5]) << 32);
+  return true;
+}
+
+// Spins for the peer's header; false on timeout/abort (reported through ctx).
+MESHCOMM_DEVICE_INLINE bool readPairHeader(const char* inbox, uint32_t flag, const SpinContext& ctx,
+                                           PairHeader& h) {
+  return device::spinUntil(
+      [&](uint64_t& seen) {
+        const bool got = tryReadPairHeader(inbox, flag, h);
+        seen = got ? 1 : 0;
+        return got;
+      },
+      ctx, DeviceOp::PacketRead, flag);
+}
+
+// A send-only block's credit wait (kHeader; it has not read the peer's header): the credit of piece g as
+// awaitCredit (acquire), or the peer's header saying that the peer expects nothing from this rank, so no
+// credit will come (the peer copies nothing out and reports the mismatch). False ends the block's steps
+// (its header check after the steps still runs).
+MESHCOMM_DEVICE_INLINE bool awaitCreditUnlessRefused(const EngineStreams& es, const CommDeviceView& v, int to,
+                                                     int lane, uint64_t g, const char* inbox, uint32_t flag,
+                                                     const SpinContext& ctx) {
+  if (g < kEngineSlots) return true;
+  const uint64_t* credit = es.counter(v, v.rank, to, lane, 1);
+  const uint64_t target = g - kEngineSlots + 1;
+  bool refused = false;
+  const bool ok = device::spinUntil(
+      [&](uint64_t& seen) {
+        seen = device::loadAcquireSys(credit);
+        if (device::reached(seen, target)) return true;
+        PairHeader h;
+        refused = tryReadPairHeader(inbox, flag, h) && h.expect == 0;
+        return refused;
+      },
+      ctx, DeviceOp::SemaphoreWait, target);
+  return ok && !refused;
+}
+
 // The pairwise scratch pipeline (see the top of this file). Plan interface:
-//   static constexpr bool kHeader;   exchange {bytes, signature} headers (counts not known to the peer)
+//   static constexpr bool kHeader;   exchange PairHeaders (counts not known to the peer)
 //   bool active(v, peer)             this pair exchanges in this call (both sides agree)
 //   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes = capacity expected from the peer)
 //   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
@@ -465,8 +533,21 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
 //     void arriveLinked(gen)             every block, last thing (all threads; advances the generation)
 //   Linked blocks wait on blocks of the same grid: the grid must be co-resident (as for the engine).
 // Each direction of a pair is a stream of pieces through the receiver's engine buffers (EngineStreams:
-// persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, roundBytes
-// computed identically on both sides, so both count the same pieces.
+// persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, roundBytes from
+// roundBasis(the larger of the sender's two counts of the pair), which the receiver knows from the header
+// (kHeader) or from its plan (plans without a header agree on both sides), so both count the same pieces.
+//
+// kHeader: a block that expects bytes from its peer reads the peer's header before its steps (its
+// copy-outs need the peer's count); a send-only block (expects nothing) puts at once and reads the header
+// after its steps, so its puts overlap the peer's previous call (as without a header) instead of waiting
+// for the peer's kernel to start. One header read per active block and call remains, which keeps the
+// header halves safe: a block writes half h again two calls later, after its previous kernel read the
+// peer's header of the call in between, which the peer wrote after its kernel that read half h had ended.
+// Mismatches: the receiver of a direction reports its count or signature differing from the header's (the
+// sender never does); a block whose peer expects nothing puts nothing (seen in the header before the
+// steps) or stops putting (send-only: the header seen while waiting for a credit, awaitCreditUnlessRefused;
+// both mean a mismatch, fatal for the communicator, so pieces left in the peer's buffers do not matter).
+
 //
 // Steps run as published steps (runPublishedSteps, engine_streams.cuh: a publisher warp does the
 // system-scope releases while the compute warps run up to two steps ahead). Step s: thread 0 acquires the
@@ -483,7 +564,7 @@ template <class Plan>
 __global__ void __launch_bounds__(kEngineThreads)
     pairwiseKernel(CommDeviceView v, EngineStreams es, PacketRegion hdr, PairEpochs ep,
                    const __grid_constant__ Plan plan) {
-  __shared__ uint64_t sPeerBytes, sPeerSig;
+  __shared__ PairHeader sPeer;
   const BlockRole role = blockRole(v, es.blocksPerPeer);
   const bool active = role.peer >= 0 && plan.active(v, role.peer);
   const int B = es.blocksPerPeer;
@@ -496,8 +577,10 @@ __global__ void __launch_bounds__(kEngineThreads)
     if (active) {
       epoch = ep.load(role.peer, role.c);
       if (role.c == 0 && threadIdx.x == 32) {
-        writeHeader(hdr.outbox(v, role.peer, epoch & 1), plan.send(v, role.peer).bytes,
-                    plan.sendSig(role.peer), llFlag(epoch));
+        writePairHeader(
+            hdr.outbox(v, role.peer, epoch & 1),
+            PairHeader{plan.send(v, role.peer).bytes, plan.sendSig(role.peer), plan.recv(v, role.peer).bytes},
+            llFlag(epoch));
       }
     }
   }
@@ -511,33 +594,43 @@ __global__ void __launch_bounds__(kEngineThreads)
 
   const int peer = role.peer, c = role.c;
   const SpinContext ctx = device::channelRef(v, peer, 0).semaphore.spin;  // names this rank and the peer
+  const auto send = plan.send(v, peer);
+  const auto recv = plan.recv(v, peer);
+  // kHeader: a block that expects bytes reads the peer's header first; a send-only one after its steps.
+  const bool sendOnly = Plan::kHeader && recv.bytes == 0;
+  const char* inbox = Plan::kHeader ? hdr.inbox(v, peer, epoch & 1) : nullptr;
+  const uint32_t flag = llFlag(epoch);
   int ok = 1;
   if constexpr (Plan::kHeader) {
-    if (threadIdx.x == 32) {
-      uint64_t bytes = 0, sig = 0;
-      ok = readHeader(hdr.inbox(v, peer, epoch & 1), llFlag(epoch), ctx, bytes, sig) ? 1 : 0;
-      sPeerBytes = bytes;
-      sPeerSig = sig;
+    if (!sendOnly) {
+      if (threadIdx.x == 32) ok = readPairHeader(inbox, flag, ctx, sPeer) ? 1 : 0;
+      ok = __syncthreads_and(ok);  // also: every thread has read its epoch word (advanced at the end)
     }
-    ok = __syncthreads_and(ok);  // also: every thread has read its epoch word (advanced at the end)
   }
 
   const uint32_t computeThreads = publishedStepComputeThreads();
   uint32_t selfDone = 0;
   if (ok) {
-    const auto send = plan.send(v, peer);
-    const auto recv = plan.recv(v, peer);
-    uint64_t peerBytes = recv.bytes;
+    // The peer's counts of the pair: its header, or (no header; send-only until after the steps) what this
+    // rank's plan says, which the peer's agrees with.
+    PairHeader peerCounts{recv.bytes, 0, send.bytes};
     if constexpr (Plan::kHeader) {
-      peerBytes = sPeerBytes;
-      if (threadIdx.x == 0 && c == 0 && (peerBytes != recv.bytes || sPeerSig != plan.recvSig(peer))) {
-        reportMismatch(ctx, peer, recv.bytes, peerBytes);
+      if (!sendOnly) {
+        peerCounts = sPeer;
+        if (threadIdx.x == 0 && c == 0 && (sPeer.bytes != recv.bytes || sPeer.sig != plan.recvSig(peer))) {
+          reportMismatch(ctx, peer, recv.bytes, sPeer.bytes);
+        }
       }
     }
-    const uint64_t recvLimit = minU(peerBytes, recv.bytes);  // never write past the receiver's buffer
-    const uint64_t roundBytes =
-        es.pieceCap(plan.roundBasis(v, maxU(send.bytes, peerBytes))) * static_cast<uint64_t>(B);
-    const uint64_t Ts = divUp(send.bytes, roundBytes), Tr = divUp(peerBytes, roundBytes);
+    const uint64_t recvLimit = minU(peerCounts.bytes, recv.bytes);  // never write past the receiver's buffer
+    // Each direction is cut by its sender's counts (equal on both sides when the counts agree).
+    const uint64_t roundOut =
+        es.pieceCap(plan.roundBasis(v, maxU(send.bytes, recv.bytes))) * static_cast<uint64_t>(B);
+    const uint64_t roundIn =
+        es.pieceCap(plan.roundBasis(v, peerCounts.roundBasisBytes())) * static_cast<uint64_t>(B);
+    // A peer that expects nothing copies nothing out (it reports the mismatch): put nothing.
+    const uint64_t Ts = peerCounts.expect == 0 ? 0 : divUp(send.bytes, roundOut);
+    const uint64_t Tr = divUp(peerCounts.bytes, roundIn);
     uint64_t* sentWord = es.sent + static_cast<uint64_t>(peer) * kEngineLanes + c;
     uint64_t* consumedWord = es.consumed + static_cast<uint64_t>(peer) * kEngineLanes + c;
     const uint64_t sent0 = *sentWord, consumed0 = *consumedWord;  // written by earlier launches only
@@ -548,12 +641,14 @@ __global__ void __launch_bounds__(kEngineThreads)
       return s >= kCopyLag && j < Tr;
     };
     auto putPiece = [&](uint64_t s) {
-      return s < Ts ? roundPiece(send.bytes, s, roundBytes, B, c) : Piece{0, 0};
+      return s < Ts ? roundPiece(send.bytes, s, roundOut, B, c) : Piece{0, 0};
     };
     const bool done = runPublishedSteps(
         steps,
         [&](uint64_t s) {
-          bool good = s >= Ts || awaitCredit(es, v, peer, c, sent0 + s, ctx);
+          bool good =
+              s >= Ts || (sendOnly ? awaitCreditUnlessRefused(es, v, peer, c, sent0 + s, inbox, flag, ctx)
+                                   : awaitCredit(es, v, peer, c, sent0 + s, ctx));
           if constexpr (Plan::kLinked) {
             if (good && putPiece(s).len) good = plan.waitLinked(v, peer, c, s, gen, ctx);
           }
@@ -566,7 +661,7 @@ __global__ void __launch_bounds__(kEngineThreads)
           if (put.len) send.toScratch(es.buffer(v, peer, v.rank, c, sent0 + s), put.off, put.len, tid, nt);
           uint64_t j;
           if (copiesOut(s, j)) {
-            const Piece p = roundPiece(peerBytes, j, roundBytes, B, c);
+            const Piece p = roundPiece(peerCounts.bytes, j, roundIn, B, c);
             const uint64_t len = p.off < recvLimit ? minU(p.len, recvLimit - p.off) : 0;
             if (len) recv.fromScratch(es.buffer(v, v.rank, peer, c, consumed0 + j), p.off, len, tid, nt);
           }
@@ -590,6 +685,17 @@ __global__ void __launch_bounds__(kEngineThreads)
       plan.selfCopy(v, selfPart + selfDone, selfParts, threadIdx.x, computeThreads);
   }
   if constexpr (Plan::kHeader) {
+    if (sendOnly) {
+      // The send-only block's header read: the pair's rendezvous of this call (header halves) and the check
+      // that the peer sends nothing, as expected.
+      if (threadIdx.x == 32) {
+        PairHeader h;
+        if (readPairHeader(inbox, flag, ctx, h) && c == 0 &&
+            (h.bytes != recv.bytes || h.sig != plan.recvSig(peer)))
+          reportMismatch(ctx, peer, recv.bytes, h.bytes);
+      }
+      __syncthreads();  // also: every thread has read its epoch word (steps may have been none)
+    }
     ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);  // only this block writes its own words
   }
   if constexpr (Plan::kLinked) plan.arriveLinked(gen);
