@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,6 +231,30 @@ class Collectives : public GpuTest {
       a.sameHash = a.sameHash && m.hash == all[0].hash;
     }
     return a;
+  }
+
+  // The error the Comm recorded (Comm::checkError's message), or none.
+  std::optional<std::string> recordedError() {
+    try {
+      cc().checkError();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::nullopt;
+  }
+  // One case that ends the Comm (an error that is fatal for it, expected on some ranks): an exception of
+  // `body` is a failure under `ctx`; every rank agrees, then a fresh Comm for the next case (and test).
+  template <class Body>
+  void runFatalCase(const std::string& ctx, Body&& body) {
+    bool ok = true;
+    try {
+      body();
+    } catch (const std::exception& e) {
+      fail(ctx, e.what());
+      ok = false;
+    }
+    agree(ok, 0);
+    rebuildComm();
   }
 
   // Reports the first few failures of a loop as gtest failures; counts the rest.
@@ -1200,8 +1225,7 @@ TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
   for (const MismatchCase& mc : cases) {
     const char* kinds[] = {"sendrecv", "alltoallv", "strided group"};
     const std::string ctx = detail::concat(kinds[mc.kind], " sent ", mc.sent, " expected ", mc.expected);
-    bool ok = true;
-    try {
+    runFatalCase(ctx, [&] {
       send.poison(stream(), static_cast<uint8_t>(~P));
       recv.poison(stream(), P);
       if (mc.kind == StridedGroup) {
@@ -1227,49 +1251,36 @@ TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
       }
       MESHCOMM_TEST_CHECK_LAUNCH();
       MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
-      bool reported = false;
-      std::string what;
-      try {
-        cc().checkError();
-      } catch (const Error& e) {
-        reported = true;
-        what = e.what();
+      const std::optional<std::string> error = recordedError();
+      if (me != 1) {
+        if (error) fail(ctx, "unexpected error: " + *error);
+        return;
       }
-      if (me == 1) {
-        if (!reported)
-          fail(ctx, "no count mismatch reported");
-        else if (what.find("counts disagree with peer 0") == std::string::npos)
-          fail(ctx, "unexpected error: " + what);
-        // Nothing past min(sent rounded up to a packet, expected) bytes (the receive may have stopped
-        // early: the error aborts).
-        const uint64_t bound = std::min((mc.sent + 7) / 8 * 8, mc.expected);
-        uint64_t past = 0;
-        if (mc.kind == StridedGroup) {
-          // Chunk 0 as above; the other peers' chunks (which may stop early too) hold nothing past
-          // `expected`, the own chunk nothing at all.
-          std::vector<uint8_t> host(n * cap);
-          MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
-          MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), recv.at(0), host.size(), cudaMemcpyDeviceToHost));
-          for (int p = 0; p < n; ++p) {
-            const uint64_t from = p == 0 ? bound : p == me ? 0 : mc.expected;
-            past += std::count_if(host.begin() + p * cap + from, host.begin() + (p + 1) * cap,
-                                  [&](uint8_t b) { return b != P; });
-          }
-        } else {
-          recv.countOutside(stream(), recv.at(0), bound, P, counters_.at(0));
-          past = counters_.collect(stream())[0];
+      if (!error)
+        fail(ctx, "no count mismatch reported");
+      else if (error->find("counts disagree with peer 0") == std::string::npos)
+        fail(ctx, "unexpected error: " + *error);
+      // Nothing past min(sent rounded up to a packet, expected) bytes (the receive may have stopped
+      // early: the error aborts).
+      const uint64_t bound = std::min((mc.sent + 7) / 8 * 8, mc.expected);
+      uint64_t past = 0;
+      if (mc.kind == StridedGroup) {
+        // Chunk 0 as above; the other peers' chunks (which may stop early too) hold nothing past
+        // `expected`, the own chunk nothing at all.
+        std::vector<uint8_t> host(n * cap);
+        MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), recv.at(0), host.size(), cudaMemcpyDeviceToHost));
+        for (int p = 0; p < n; ++p) {
+          const uint64_t from = p == 0 ? bound : p == me ? 0 : mc.expected;
+          past += std::count_if(host.begin() + p * cap + from, host.begin() + (p + 1) * cap,
+                                [&](uint8_t b) { return b != P; });
         }
-        if (past != 0) fail(ctx, detail::concat(past, " bytes written past the received count"));
-      } else if (reported) {
-        fail(ctx, "unexpected error: " + what);
+      } else {
+        recv.countOutside(stream(), recv.at(0), bound, P, counters_.at(0));
+        past = counters_.collect(stream())[0];
       }
-    } catch (const std::exception& e) {
-      fail(ctx, e.what());
-      ok = false;
-    }
-    agree(ok, 0);
-    // A fresh Comm for the next case (and the next test): the mismatch error sticks to this one.
-    rebuildComm();
+      if (past != 0) fail(ctx, detail::concat(past, " bytes written past the received count"));
+    });
   }
   EXPECT_EQ(failures_, 0u);
 }
@@ -1288,8 +1299,7 @@ TEST_F(Collectives, SendsWithoutReceivesAreReportedOnBothSides) {
   auto& send = keep<GuardedBuffer>(sizes[1]);
   for (uint64_t bytes : sizes) {
     const std::string ctx = detail::concat(bytes, " bytes each way between ranks 0 and 1, no receives");
-    bool ok = true;
-    try {
+    runFatalCase(ctx, [&] {
       if (me < 2) {
         send.poison(stream(), 0x3A);
         cc().send(send.at(0), bytes, DataType::U8, 1 - me, stream());
@@ -1299,29 +1309,17 @@ TEST_F(Collectives, SendsWithoutReceivesAreReportedOnBothSides) {
       MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
       const double ms =
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      bool reported = false;
-      std::string what;
-      try {
-        cc().checkError();
-      } catch (const Error& e) {
-        reported = true;
-        what = e.what();
+      const std::optional<std::string> error = recordedError();
+      if (me >= 2) {
+        if (error) fail(ctx, "unexpected error: " + *error);
+        return;
       }
-      if (me < 2) {
-        if (!reported)
-          fail(ctx, "no error reported");
-        else if (what.find(detail::concat("counts disagree with peer ", 1 - me)) == std::string::npos)
-          fail(ctx, "unexpected error: " + what);
-        if (ms > 2000) fail(ctx, detail::concat("took ", ms, " ms (a timeout, not the header's refusal?)"));
-      } else if (reported) {
-        fail(ctx, "unexpected error: " + what);
-      }
-    } catch (const std::exception& e) {
-      fail(ctx, e.what());
-      ok = false;
-    }
-    agree(ok, 0);
-    rebuildComm();
+      if (!error)
+        fail(ctx, "no error reported");
+      else if (error->find(detail::concat("counts disagree with peer ", 1 - me)) == std::string::npos)
+        fail(ctx, "unexpected error: " + *error);
+      if (ms > 2000) fail(ctx, detail::concat("took ", ms, " ms (a timeout, not the header's refusal?)"));
+    });
   }
   EXPECT_EQ(failures_, 0u);
 }
