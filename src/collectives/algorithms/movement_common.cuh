@@ -537,17 +537,17 @@ MESHCOMM_DEVICE_INLINE bool awaitCreditUnlessRefused(const EngineStreams& es, co
 // roundBasis(the larger of the sender's two counts of the pair), which the receiver knows from the header
 // (kHeader) or from its plan (plans without a header agree on both sides), so both count the same pieces.
 //
-// kHeader: a block that expects bytes from its peer reads the peer's header before its steps (its
-// copy-outs need the peer's count); a send-only block (expects nothing) puts at once and reads the header
-// after its steps, so its puts overlap the peer's previous call (as without a header) instead of waiting
-// for the peer's kernel to start. One header read per active block and call remains, which keeps the
-// header halves safe: a block writes half h again two calls later, after its previous kernel read the
-// peer's header of the call in between, which the peer wrote after its kernel that read half h had ended.
+// kHeader: a block puts the pieces that need no copy-out of its own (steps before kCopyLag; all of them for a
+// send-only block, which expects nothing) before it reads the peer's header: its direction is cut by its own
+// counts, so these puts overlap the peer's previous call (as without a header) instead of waiting for the
+// peer's kernel to start. Then the header (the peer's counts cut the peer's direction), then the other steps.
+// One header read per active block and call remains, which keeps the header halves safe: a block writes
+// half h again two calls later, after its previous kernel read the peer's header of the call in between,
+// which the peer wrote after its kernel that read half h had ended.
 // Mismatches: the receiver of a direction reports its count or signature differing from the header's (the
-// sender never does); a block whose peer expects nothing puts nothing (seen in the header before the
-// steps) or stops putting (send-only: the header seen while waiting for a credit, awaitCreditUnlessRefused;
-// both mean a mismatch, fatal for the communicator, so pieces left in the peer's buffers do not matter).
-
+// sender never does); a block whose peer expects nothing stops putting: before the header through
+// awaitCreditUnlessRefused (the header seen while waiting for a credit), after it by putting no more. Both
+// mean a mismatch, fatal for the communicator, so pieces left in the peer's buffers do not matter.
 //
 // Steps run as published steps (runPublishedSteps, engine_streams.cuh: a publisher warp does the
 // system-scope releases while the compute warps run up to two steps ahead). Step s: thread 0 acquires the
@@ -596,59 +596,45 @@ __global__ void __launch_bounds__(kEngineThreads)
   const SpinContext ctx = device::channelRef(v, peer, 0).semaphore.spin;  // names this rank and the peer
   const auto send = plan.send(v, peer);
   const auto recv = plan.recv(v, peer);
-  // kHeader: a block that expects bytes reads the peer's header first; a send-only one after its steps.
-  const bool sendOnly = Plan::kHeader && recv.bytes == 0;
   const char* inbox = Plan::kHeader ? hdr.inbox(v, peer, epoch & 1) : nullptr;
   const uint32_t flag = llFlag(epoch);
-  int ok = 1;
-  if constexpr (Plan::kHeader) {
-    if (!sendOnly) {
-      if (threadIdx.x == 32) ok = readPairHeader(inbox, flag, ctx, sPeer) ? 1 : 0;
-      ok = __syncthreads_and(ok);  // also: every thread has read its epoch word (advanced at the end)
-    }
-  }
+  // This rank's direction is cut by its own counts (the sender's), known before the header.
+  const uint64_t roundOut =
+      es.pieceCap(plan.roundBasis(v, maxU(send.bytes, recv.bytes))) * static_cast<uint64_t>(B);
+  uint64_t Ts = divUp(send.bytes, roundOut);
+  // The peer's direction: its counts of the pair, from its header (kHeader, once read) or from this rank's
+  // plan (no header: the peer's plan agrees). Tr = 0 until known; steps before kCopyLag copy nothing out.
+  PairHeader peerCounts{recv.bytes, 0, send.bytes};
+  uint64_t roundIn = 0, Tr = 0, recvLimit = 0;
+  auto cutPeerDirection = [&] {
+    recvLimit = minU(peerCounts.bytes, recv.bytes);  // never write past the receiver's buffer
+    roundIn = es.pieceCap(plan.roundBasis(v, peerCounts.roundBasisBytes())) * static_cast<uint64_t>(B);
+    Tr = divUp(peerCounts.bytes, roundIn);
+  };
+  if constexpr (!Plan::kHeader) cutPeerDirection();
+  bool headerRead = !Plan::kHeader;  // thread 0's credit waits watch for a refusal until it is
 
-  const uint32_t computeThreads = publishedStepComputeThreads();
+  uint64_t* sentWord = es.sent + static_cast<uint64_t>(peer) * kEngineLanes + c;
+  uint64_t* consumedWord = es.consumed + static_cast<uint64_t>(peer) * kEngineLanes + c;
+  const uint64_t sent0 = *sentWord, consumed0 = *consumedWord;  // written by earlier launches only
   uint32_t selfDone = 0;
-  if (ok) {
-    // The peer's counts of the pair: its header, or (no header; send-only until after the steps) what this
-    // rank's plan says, which the peer's agrees with.
-    PairHeader peerCounts{recv.bytes, 0, send.bytes};
-    if constexpr (Plan::kHeader) {
-      if (!sendOnly) {
-        peerCounts = sPeer;
-        if (threadIdx.x == 0 && c == 0 && (sPeer.bytes != recv.bytes || sPeer.sig != plan.recvSig(peer))) {
-          reportMismatch(ctx, peer, recv.bytes, sPeer.bytes);
-        }
-      }
-    }
-    const uint64_t recvLimit = minU(peerCounts.bytes, recv.bytes);  // never write past the receiver's buffer
-    // Each direction is cut by its sender's counts (equal on both sides when the counts agree).
-    const uint64_t roundOut =
-        es.pieceCap(plan.roundBasis(v, maxU(send.bytes, recv.bytes))) * static_cast<uint64_t>(B);
-    const uint64_t roundIn =
-        es.pieceCap(plan.roundBasis(v, peerCounts.roundBasisBytes())) * static_cast<uint64_t>(B);
-    // A peer that expects nothing copies nothing out (it reports the mismatch): put nothing.
-    const uint64_t Ts = peerCounts.expect == 0 ? 0 : divUp(send.bytes, roundOut);
-    const uint64_t Tr = divUp(peerCounts.bytes, roundIn);
-    uint64_t* sentWord = es.sent + static_cast<uint64_t>(peer) * kEngineLanes + c;
-    uint64_t* consumedWord = es.consumed + static_cast<uint64_t>(peer) * kEngineLanes + c;
-    const uint64_t sent0 = *sentWord, consumed0 = *consumedWord;  // written by earlier launches only
-    const uint64_t steps = Tr > 0 ? maxU(Ts, Tr + kCopyLag) : Ts;
-    // Step s copies out the peer's piece j = s - kCopyLag (when it exists).
-    auto copiesOut = [&](uint64_t s, uint64_t& j) {
-      j = s - kCopyLag;
-      return s >= kCopyLag && j < Tr;
-    };
-    auto putPiece = [&](uint64_t s) {
-      return s < Ts ? roundPiece(send.bytes, s, roundOut, B, c) : Piece{0, 0};
-    };
-    const bool done = runPublishedSteps(
-        steps,
-        [&](uint64_t s) {
+  // Step s copies out the peer's piece j = s - kCopyLag (when it exists).
+  auto copiesOut = [&](uint64_t s, uint64_t& j) {
+    j = s - kCopyLag;
+    return s >= kCopyLag && j < Tr;
+  };
+  auto putPiece = [&](uint64_t s) {
+    return s < Ts ? roundPiece(send.bytes, s, roundOut, B, c) : Piece{0, 0};
+  };
+  // Steps [first, last) as published steps.
+  auto runSteps = [&](uint64_t first, uint64_t last) {
+    return runPublishedSteps(
+        last - first,
+        [&](uint64_t i) {
+          const uint64_t s = first + i;
           bool good =
-              s >= Ts || (sendOnly ? awaitCreditUnlessRefused(es, v, peer, c, sent0 + s, inbox, flag, ctx)
-                                   : awaitCredit(es, v, peer, c, sent0 + s, ctx));
+              s >= Ts || (headerRead ? awaitCredit(es, v, peer, c, sent0 + s, ctx)
+                                     : awaitCreditUnlessRefused(es, v, peer, c, sent0 + s, inbox, flag, ctx));
           if constexpr (Plan::kLinked) {
             if (good && putPiece(s).len) good = plan.waitLinked(v, peer, c, s, gen, ctx);
           }
@@ -656,7 +642,8 @@ __global__ void __launch_bounds__(kEngineThreads)
           if (good && copiesOut(s, j)) good = awaitPiece(es, v, peer, c, consumed0 + j, ctx);
           return good;
         },
-        [&](uint64_t s, uint32_t tid, uint32_t nt) {
+        [&](uint64_t i, uint32_t tid, uint32_t nt) {
+          const uint64_t s = first + i;
           const Piece put = putPiece(s);
           if (put.len) send.toScratch(es.buffer(v, peer, v.rank, c, sent0 + s), put.off, put.len, tid, nt);
           uint64_t j;
@@ -667,7 +654,8 @@ __global__ void __launch_bounds__(kEngineThreads)
           }
           if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts, tid, nt);
         },
-        [&](uint64_t s) {
+        [&](uint64_t i) {
+          const uint64_t s = first + i;
           if (s < Ts) publishPiece(es, v, peer, c);
           uint64_t j;
           if (copiesOut(s, j)) {
@@ -675,29 +663,45 @@ __global__ void __launch_bounds__(kEngineThreads)
             if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
           }
         });
-    if (done && threadIdx.x == 0) {
-      *sentWord = sent0 + Ts;
-      *consumedWord = consumed0 + Tr;
+  };
+
+  // kHeader: the puts that need no copy-out (the first kCopyLag steps; all of a send-only block's) run
+  // before the peer's header is read, so they overlap the peer's previous call instead of waiting for its
+  // kernel to start; then the header (one read per call: the pair's rendezvous), then the rest.
+  bool done = true;
+  uint64_t first = 0;
+  if constexpr (Plan::kHeader) {
+    const bool sendOnly = recv.bytes == 0;
+    first = sendOnly ? Ts : minU(Ts, kCopyLag);
+    done = runSteps(0, first);
+    int ok = 1;
+    if (threadIdx.x == 32) ok = readPairHeader(inbox, flag, ctx, sPeer) ? 1 : 0;
+    // Also: the steps above are over in every warp (runPublishedSteps may run again), and every thread has
+    // read its epoch word (advanced at the end).
+    ok = __syncthreads_and(ok);
+    done = done && ok;
+    if (ok && threadIdx.x == 0 && c == 0 && (sPeer.bytes != recv.bytes || sPeer.sig != plan.recvSig(peer)))
+      reportMismatch(ctx, peer, recv.bytes, sPeer.bytes);
+    headerRead = true;
+    if (ok && !sendOnly) {  // send-only: the peer must send nothing (else reported just above)
+      peerCounts = sPeer;
+      cutPeerDirection();
+      // A peer that expects nothing copies nothing out (it reports the mismatch): put no more.
+      if (peerCounts.expect == 0) Ts = first;
     }
   }
+  const uint64_t steps = Tr > 0 ? maxU(Ts, Tr + kCopyLag) : Ts;
+  if (done && steps > first) done = runSteps(first, steps);
+  if (done && threadIdx.x == 0) {
+    *sentWord = sent0 + Ts;
+    *consumedWord = consumed0 + Tr;
+  }
+  const uint32_t computeThreads = publishedStepComputeThreads();
   if (threadIdx.x < computeThreads) {
     for (; selfDone < slices; ++selfDone)
       plan.selfCopy(v, selfPart + selfDone, selfParts, threadIdx.x, computeThreads);
   }
-  if constexpr (Plan::kHeader) {
-    if (sendOnly) {
-      // The send-only block's header read: the pair's rendezvous of this call (header halves) and the check
-      // that the peer sends nothing, as expected.
-      if (threadIdx.x == 32) {
-        PairHeader h;
-        if (readPairHeader(inbox, flag, ctx, h) && c == 0 &&
-            (h.bytes != recv.bytes || h.sig != plan.recvSig(peer)))
-          reportMismatch(ctx, peer, recv.bytes, h.bytes);
-      }
-      __syncthreads();  // also: every thread has read its epoch word (steps may have been none)
-    }
-    ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);  // only this block writes its own words
-  }
+  if constexpr (Plan::kHeader) ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);  // own words only
   if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }
 
