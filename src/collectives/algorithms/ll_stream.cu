@@ -271,13 +271,9 @@ class SendRecvLL : public LLStreamAlgorithm {
     const SendRecvPlan plan = makeSendRecvPlan(args, v.rank, v.nRanks);
     if (args.numP2POps == 0) return;
     const StreamCall call = planCall(resources, config, pairBytes(plan, v.rank, v.nRanks));
-    // Every pair LL (a single launch) and the group strided: the same kernel and protocol, addresses by
-    // arithmetic (strided_group.cuh). Each rank decides alone.
-    StridedGroup strided;
-    if (!call.launches.engine && stridedGroup(plan, v.rank, v.nRanks, strided))
-      launchLL(resources, call, call.launches.before, StridedPlan(strided), args.stream);
-    else
-      launchCall(resources, args, config, call, plan);
+    // A strided group: the same kernels and protocol, addresses by arithmetic (strided_group.cuh).
+    runWithGroupPlan(plan, v.rank, v.nRanks,
+                     [&](const auto& p) { this->launchCall(resources, args, config, call, p); });
   }
 };
 

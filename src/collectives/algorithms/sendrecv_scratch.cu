@@ -12,7 +12,7 @@
 
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
-#include "collectives/algorithms/sendrecv_plan.cuh"
+#include "collectives/algorithms/strided_group.cuh"
 
 namespace meshcomm::movement {
 namespace {
@@ -30,7 +30,8 @@ class SendRecvScratch : public EngineAlgorithm {
     const CommDeviceView& v = resources.view();
     const SendRecvPlan plan = makeSendRecvPlan(args, v.rank, v.nRanks);
     if (args.numP2POps == 0) return;
-    launchEngine(resources, args, config, plan);
+    runWithGroupPlan(plan, v.rank, v.nRanks,
+                     [&](const auto& p) { this->launchEngine(resources, args, config, p); });
   }
 };
 

@@ -2,13 +2,14 @@
 // each rank, every send of one byte count and every receive of one byte count, with oneself either both or
 // neither (then of equal counts), and on each side the buffers at base + p * stride for peer p: an alltoall
 // posted as grouped ncclSend/ncclRecv (nccl-tests' alltoall), gather and scatter as nccl-tests posts them,
-// a ring step (send to next, receive from previous), a lone send or receive. sendrecv_ll runs such a group
-// through the same LL stream kernel and wire protocol as any other group (header packets, stream packets,
-// pair epochs), with a plan whose addresses and counts are arithmetic on a few scalars (StridedPlan) instead
-// of per-peer segment lists in the kernel parameters: the lists cost a dependent constant-cache load at the
-// head of every phase of the kernel (send, self copy, receive). The wire protocol being the same, each rank
-// decides alone (a peer whose own group is not strided runs the segment lists against it);
-// docs/collectives.md, "LL streams", "Strided groups". The host part (stridedGroup) builds without nvcc.
+// a ring step (send to next, receive from previous), a lone send or receive. sendrecv_ll and
+// sendrecv_scratch run such a group through the same kernels (LL stream, pairwise engine) and wire protocol
+// as any other group (header packets, stream packets, pair epochs), with a plan whose addresses and counts
+// are arithmetic on a few scalars (StridedPlan) instead of per-peer segment lists in the kernel parameters:
+// the lists cost a dependent constant-cache load at the head of every phase of the kernel (send, self copy,
+// receive). The wire protocol being the same, each rank decides alone (a peer whose own group is not strided
+// runs the segment lists against it); docs/collectives.md, "LL streams", "Strided groups". The host part
+// (stridedGroup) builds without nvcc.
 #pragma once
 
 #include <cstdint>
@@ -100,6 +101,13 @@ struct StridedPlan : PlanBase {
   MESHCOMM_HOST_DEVICE_INLINE uint64_t sendSig(int p) const { return sends(p) ? sendSig1 : kSigSeed; }
   MESHCOMM_HOST_DEVICE_INLINE uint64_t recvSig(int p) const { return receives(p) ? recvSig1 : kSigSeed; }
 #if defined(__CUDACC__)
+  // active, selfBytes (the engine's view, pairwiseKernel): pure, as SendRecvPlan's for the same group.
+  __device__ bool active(const CommDeviceView&, int p) const {
+    return sends(p) || receives(p);
+  }
+  __device__ uint64_t selfBytes(const CommDeviceView& v) const {
+    return sends(v.rank) ? g.sendBytes : 0;
+  }
   __device__ ContigStream send(const CommDeviceView&, int p) const {
     return {reinterpret_cast<char*>(g.sendBase + static_cast<uint64_t>(p) * g.sendStride),
             sends(p) ? g.sendBytes : 0};
@@ -117,5 +125,17 @@ struct StridedPlan : PlanBase {
   }
 #endif
 };
+
+// Calls run(plan) with the StridedPlan of rank `rank`'s group when it is strided, else with the segment
+// lists themselves: both speak the same wire protocol (each rank decides alone), the strided one with a
+// few scalars of kernel parameters instead of the lists (~3 KiB) and no dependent loads of them.
+template <class Run>
+void runWithGroupPlan(const SendRecvPlan& plan, int rank, int n, Run&& run) {
+  StridedGroup g;
+  if (stridedGroup(plan, rank, n, g))
+    run(StridedPlan(g));
+  else
+    run(plan);
+}
 
 }  // namespace meshcomm::movement
