@@ -12,7 +12,7 @@
 //    each peer (byte streams) and what it copies locally; allgather, alltoall(v), broadcast, gather, scatter
 //    and sendrecv are Plans. Per block:
 //      [header LL packets: my byte count, its signature and the count I expect back, when the Plan has
-//       kHeader; read before the steps, or after them when this rank expects nothing from the peer]
+//       kHeader; read after the block's first puts: its steps before kCopyLag, all of a send-only block's]
 //      step s = 0, 1, ...:
 //               put:  await the credit of piece s (the peer has copied out the piece K before it on this
 //                     lane), piece s of my stream -> the peer's buffer, publish
@@ -496,10 +496,10 @@ MESHCOMM_DEVICE_INLINE bool readPairHeader(const char* inbox, uint32_t flag, con
       ctx, DeviceOp::PacketRead, flag);
 }
 
-// A send-only block's credit wait (kHeader; it has not read the peer's header): the credit of piece g as
+// The credit wait of a block that has not read the peer's header yet (kHeader): the credit of piece g as
 // awaitCredit (acquire), or the peer's header saying that the peer expects nothing from this rank, so no
 // credit will come (the peer copies nothing out and reports the mismatch). False ends the block's steps
-// (its header check after the steps still runs).
+// before the header (its header read and check still run).
 MESHCOMM_DEVICE_INLINE bool awaitCreditUnlessRefused(const EngineStreams& es, const CommDeviceView& v, int to,
                                                      int lane, uint64_t g, const char* inbox, uint32_t flag,
                                                      const SpinContext& ctx) {
