@@ -612,7 +612,9 @@ __global__ void __launch_bounds__(kEngineThreads)
     Tr = divUp(peerCounts.bytes, roundIn);
   };
   if constexpr (!Plan::kHeader) cutPeerDirection();
-  bool headerRead = !Plan::kHeader;  // thread 0's credit waits watch for a refusal until it is
+  // kHeader: steps [0, first) run before the peer's header is read (set below; 0 without a header), and
+  // their credit waits watch for a refusal.
+  uint64_t first = 0;
 
   uint64_t* sentWord = es.sent + static_cast<uint64_t>(peer) * kEngineLanes + c;
   uint64_t* consumedWord = es.consumed + static_cast<uint64_t>(peer) * kEngineLanes + c;
@@ -626,14 +628,14 @@ __global__ void __launch_bounds__(kEngineThreads)
   auto putPiece = [&](uint64_t s) {
     return s < Ts ? roundPiece(send.bytes, s, roundOut, B, c) : Piece{0, 0};
   };
-  // Steps [first, last) as published steps.
-  auto runSteps = [&](uint64_t first, uint64_t last) {
+  // Steps [from, to) as published steps.
+  auto runSteps = [&](uint64_t from, uint64_t to) {
     return runPublishedSteps(
-        last - first,
+        to - from,
         [&](uint64_t i) {
-          const uint64_t s = first + i;
+          const uint64_t s = from + i;
           bool good =
-              s >= Ts || (headerRead ? awaitCredit(es, v, peer, c, sent0 + s, ctx)
+              s >= Ts || (s >= first ? awaitCredit(es, v, peer, c, sent0 + s, ctx)
                                      : awaitCreditUnlessRefused(es, v, peer, c, sent0 + s, inbox, flag, ctx));
           if constexpr (Plan::kLinked) {
             if (good && putPiece(s).len) good = plan.waitLinked(v, peer, c, s, gen, ctx);
@@ -643,7 +645,7 @@ __global__ void __launch_bounds__(kEngineThreads)
           return good;
         },
         [&](uint64_t i, uint32_t tid, uint32_t nt) {
-          const uint64_t s = first + i;
+          const uint64_t s = from + i;
           const Piece put = putPiece(s);
           if (put.len) send.toScratch(es.buffer(v, peer, v.rank, c, sent0 + s), put.off, put.len, tid, nt);
           uint64_t j;
@@ -655,7 +657,7 @@ __global__ void __launch_bounds__(kEngineThreads)
           if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts, tid, nt);
         },
         [&](uint64_t i) {
-          const uint64_t s = first + i;
+          const uint64_t s = from + i;
           if (s < Ts) publishPiece(es, v, peer, c);
           uint64_t j;
           if (copiesOut(s, j)) {
@@ -669,7 +671,6 @@ __global__ void __launch_bounds__(kEngineThreads)
   // before the peer's header is read, so they overlap the peer's previous call instead of waiting for its
   // kernel to start; then the header (one read per call: the pair's rendezvous), then the rest.
   bool done = true;
-  uint64_t first = 0;
   if constexpr (Plan::kHeader) {
     const bool sendOnly = recv.bytes == 0;
     first = sendOnly ? Ts : minU(Ts, kCopyLag);
@@ -682,7 +683,6 @@ __global__ void __launch_bounds__(kEngineThreads)
     done = done && ok;
     if (ok && threadIdx.x == 0 && c == 0 && (sPeer.bytes != recv.bytes || sPeer.sig != plan.recvSig(peer)))
       reportMismatch(ctx, peer, recv.bytes, sPeer.bytes);
-    headerRead = true;
     if (ok && !sendOnly) {  // send-only: the peer must send nothing (else reported just above)
       peerCounts = sPeer;
       cutPeerDirection();

@@ -81,7 +81,7 @@ inline bool stridedGroup(const SendRecvPlan& plan, int rank, int n, StridedGroup
   return true;
 }
 
-// The LL stream plan of a strided group (the interface of SendRecvPlan that llStreamKernel uses).
+// The plan of a strided group (the interface of SendRecvPlan that llStreamKernel and pairwiseKernel use).
 // send, recv, sendSig, recvSig: pure (scalars of the by-value plan). A peer without an operation in a
 // direction has an empty stream and the seed signature there; with one, the signature SendRecvPlan computes
 // for a single operation of that size, so peers running segment lists agree with it.
