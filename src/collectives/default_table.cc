@@ -13,6 +13,12 @@
 // allgather_ll and alltoall_ll up to 1 MiB since session 14 (one LL packet per thread): 8.4-8.8 us at 1 MiB
 // vs 11.2-11.6 for the *_scratch engines on 4x H200, 6.5-6.6 vs 9.8-9.9 on 2 (meshcomm-tune and
 // bench/results/2026-11-22-h200x4-session14.md).
+// gather_stream / scatter_stream (session 16: the collective as nccl-tests' strided group on sendrecv_ll's
+// kernels) where nccl-tests on the shim, which runs exactly that group, beat gather_ll/_scratch and
+// scatter_ll/_scratch under meshcomm-bench on 4x H200 (session 15: gather 1 MiB 5.8 vs 7.6 us, 4 MiB 11.5 vs
+// 12.2; scatter 1-64 KiB 3.2-3.5 vs 3.3-3.6) and, natively forced, on 2x H200 (session 16: gather 1 MiB
+// 5.1 vs 7.5 for gather_scratch, scatter 1 MiB 6.0 vs 6.7; gather 4 MiB 11.5 vs 11.0, so not there on 2).
+// bench/results/2026-11-22-h200x2-session16.md.
 #include "collectives/default_table.hpp"
 
 namespace meshcomm {
@@ -39,8 +45,12 @@ const char* defaultSelectionTable() {
   {"collective": "broadcast", "max_bytes": 262144, "algorithm": "broadcast_scratch"},
   {"collective": "broadcast", "algorithm": "broadcast_chain"},
   {"collective": "gather", "max_bytes": 262144, "algorithm": "gather_ll"},
+  {"collective": "gather", "max_bytes": 1048576, "algorithm": "gather_stream"},
+  {"collective": "gather", "max_bytes": 4194304, "world_size": 4, "algorithm": "gather_stream"},
   {"collective": "gather", "algorithm": "gather_scratch"},
+  {"collective": "scatter", "max_bytes": 65536, "world_size": 4, "algorithm": "scatter_stream"},
   {"collective": "scatter", "max_bytes": 262144, "algorithm": "scatter_ll"},
+  {"collective": "scatter", "max_bytes": 1048576, "world_size": 2, "algorithm": "scatter_stream"},
   {"collective": "scatter", "algorithm": "scatter_scratch"},
   {"collective": "sendrecv", "algorithm": "sendrecv_ll"},
   {"collective": "sendrecv", "algorithm": "sendrecv_scratch"}

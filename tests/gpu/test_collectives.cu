@@ -637,6 +637,40 @@ TEST_F(Collectives, DataMovementEveryDtypeCount) {
   runCases(cases, send, recv);
 }
 
+// Every registered gather and scatter algorithm forced in turn (the table picks each only in a size range):
+// dtypes of each size, the matrix counts and 520 KiB + 40 bytes per rank (above the largest LL stream
+// capacity, 512 KiB: gather_stream's and scatter_stream's pairs then run in the pairwise engine; the LL
+// algorithms decline it and the table's choice runs), in and out of place, rotating roots, random offsets.
+TEST_F(Collectives, EveryGatherAndScatterAlgorithm) {
+  const int n = worldSize();
+  constexpr uint64_t kBigBytes = (520u << 10) + 40;
+  Rng rng(testSeed() + 31);
+  auto& send = keep<GuardedBuffer>(caseCapacity(Collective::Gather, kBigBytes, DataType::U8, n));
+  auto& recv = keep<GuardedBuffer>(send.capacity());
+  for (Collective coll : {Collective::Gather, Collective::Scatter}) {
+    for (const auto& algo : cc().algorithms().forCollective(coll)) {
+      SCOPED_TRACE(algo->name());
+      ScopedAlgorithm forced(cc(), coll, algo->name());
+      CollectiveArgs probe;
+      probe.collective = coll;
+      probe.dtype = DataType::F32;
+      probe.count = 1023;
+      probe.input = reinterpret_cast<const void*>(0x1000);
+      probe.output = reinterpret_cast<void*>(0x200000);
+      ASSERT_EQ(cc().select(probe).algorithm->name(), algo->name()) << "the forced algorithm must run";
+      std::vector<Case> cases;
+      for (DataType t : {DataType::U8, DataType::BF16, DataType::F32, DataType::F64}) {
+        std::vector<uint64_t> counts = matrixCounts();
+        counts.push_back(kBigBytes / dtypeInfo(t).size);
+        for (uint64_t count : counts)
+          for (bool inPlace : {false, true})
+            cases.push_back(randomCase(coll, t, count, inPlace, cases.size(), n, rng));
+      }
+      runCases(cases, send, recv);
+    }
+  }
+}
+
 // Every element offset 1..15 on send and on recv, every collective, a few dtypes of each size.
 TEST_F(Collectives, UnalignedOffsetsEveryCollective) {
   std::vector<Case> cases;

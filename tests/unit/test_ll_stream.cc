@@ -1,6 +1,7 @@
-// Host-side logic of the LL stream algorithms (sendrecv_ll, alltoallv_ll) and of the plans they share with
-// the scratch pipeline: group sorting and signatures, host counts, the per-pair LL/pipeline split (equal on
-// both sides of every pair of a correct program), the launches of a call, the LL grid, strided groups.
+// Host-side logic of the LL stream algorithms (sendrecv_ll, alltoallv_ll, gather/scatter_stream) and of the
+// plans they share with the scratch pipeline: group sorting and signatures, host counts, the per-pair
+// LL/pipeline split (equal on both sides of every pair of a correct program), the launches of a call, the
+// LL grid, strided groups.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -506,6 +507,55 @@ TEST(StridedGroup, OtherGroupsAreNot) {
   ops.erase(ops.begin() + 4, ops.begin() + 6);  // nothing with peer 2
   EXPECT_TRUE(isStrided(ops, 0, 4, g));
   EXPECT_EQ(g.sendPeers, 0xBu);
+}
+
+// gather_stream / scatter_stream build the group that nccl-tests posts for the collective (sends and
+// receives at r * count), on the root and elsewhere; so do pairBytes of it and of the segment lists.
+TEST(StridedGroup, GatherAndScatterAreTheGroupsNcclTestsPosts) {
+  constexpr uint64_t kBytes = 96;
+  const uint64_t in = 0x10000, out = 0x90000;
+  for (int n : {2, 3, 4, 8}) {
+    for (int root = 0; root < n; ++root) {
+      for (int rank = 0; rank < n; ++rank) {
+        for (RootedDirection d : {RootedDirection::Gather, RootedDirection::Scatter}) {
+          const bool gather = d == RootedDirection::Gather;
+          SCOPED_TRACE(::testing::Message() << (gather ? "gather" : "scatter") << " n " << n << " root "
+                                            << root << " rank " << rank);
+          std::vector<P2POp> ops;
+          if (gather) {
+            ops.push_back({P2POp::Send, root, fakePtr(in), kBytes});
+            if (rank == root)
+              for (int r = 0; r < n; ++r) ops.push_back({P2POp::Recv, r, fakePtr(out + r * kBytes), kBytes});
+          } else {
+            if (rank == root)
+              for (int r = 0; r < n; ++r) ops.push_back({P2POp::Send, r, fakePtr(in + r * kBytes), kBytes});
+            ops.push_back({P2POp::Recv, root, fakePtr(out), kBytes});
+          }
+          StridedGroup posted;
+          ASSERT_TRUE(isStrided(ops, rank, n, posted));
+          const StridedGroup g = rootedGroup(d, rank, n, root, fakePtr(in), fakePtr(out), kBytes);
+          EXPECT_EQ(g.sendPeers, posted.sendPeers);
+          EXPECT_EQ(g.recvPeers, posted.recvPeers);
+          EXPECT_EQ(g.sendBytes, posted.sendBytes);
+          EXPECT_EQ(g.recvBytes, posted.recvBytes);
+          EXPECT_EQ(g.sendBase, posted.sendBase);
+          EXPECT_EQ(g.recvBase, posted.recvBase);
+          // A direction with one peer may have any stride; with several it is the chunk size.
+          if (__builtin_popcount(g.sendPeers) > 1) EXPECT_EQ(g.sendStride, kBytes);
+          if (__builtin_popcount(g.recvPeers) > 1) EXPECT_EQ(g.recvStride, kBytes);
+          const PairBytes a = pairBytes(g, rank, n);
+          const PairBytes b = pairBytes(makeSendRecvPlan(groupArgs(ops), rank, n), rank, n);
+          EXPECT_EQ(a.active, b.active);
+          EXPECT_EQ(a.self, b.self);
+          EXPECT_EQ(a.selfBytes, b.selfBytes);
+          for (int p = 0; p < n; ++p) {
+            EXPECT_EQ(a.send[p], b.send[p]) << "peer " << p;
+            EXPECT_EQ(a.recv[p], b.recv[p]) << "peer " << p;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

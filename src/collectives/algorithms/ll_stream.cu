@@ -1,7 +1,7 @@
-// sendrecv_ll and alltoallv_ll (host-side counts): per-pair byte streams as LL16 packets for the pairs whose
-// larger direction fits the LL capacity, the pairwise engine (pairwiseKernel) for the others, in one
-// algorithm so that both sides of every pair take the same path (ll_stream.hpp says how; docs/collectives.md,
-// "LL streams", has the whole design).
+// sendrecv_ll, alltoallv_ll (host-side counts), gather_stream, scatter_stream: per-pair byte streams as LL16
+// packets for the pairs whose larger direction fits the LL capacity, the pairwise engine (pairwiseKernel)
+// for the others, in one algorithm so that both sides of every pair take the same path (ll_stream.hpp says
+// how; docs/collectives.md, "LL streams", has the whole design).
 //
 // LL pair (rank, p), per call, block (p, c) of llStreamKernel:
 //   send part: block c == 0 writes the header {bytes I send to p, signature} as 2 packets at the start of
@@ -15,7 +15,8 @@
 // The header guarantees >= 1 packet each way per LL pair and call (the half-reuse argument of PairEpochs).
 // Plans (the streams of a call): SendRecvPlan (per-peer segment lists), StridedPlan (sendrecv_ll's groups
 // of at most one send and one receive per peer at strided addresses, e.g. an alltoall, a gather, a ring
-// step: addresses by arithmetic, strided_group.cuh), AllToAllPlan<HostCounts> (alltoallv_ll).
+// step: addresses by arithmetic, strided_group.cuh; gather_stream and scatter_stream: the collective as
+// such a group), AllToAllPlan<HostCounts> (alltoallv_ll).
 #include <memory>
 
 #include "collectives/algorithms/ll_stream.hpp"
@@ -309,8 +310,43 @@ class AllToAllvLL : public LLStreamAlgorithm {
   }
 };
 
+// gather_stream, scatter_stream: the collective as the strided group nccl-tests posts for it (rootedGroup),
+// moved like sendrecv_ll moves that group: LL packets for pairs up to the capacity, the pairwise engine
+// above. Every rank computes every pair's counts from the same arguments (count, root), so both sides of a
+// pair pick the same path; the header still checks them.
+class RootedStream : public LLStreamAlgorithm {
+ public:
+  RootedStream(std::string name, Collective collective, RootedDirection direction)
+      : LLStreamAlgorithm(std::move(name), collective), direction_(direction) {}
+  std::string unsupportedReason(const CollectiveArgs&, const CommTopology& topo) const override {
+    std::string r = engineReason(topo);
+    if (!r.empty()) return r;
+    if (topo.nRanks > kMaxP2PRanks) return detail::concat("at most ", kMaxP2PRanks, " ranks");
+    return {};
+  }
+  void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
+              void*) override {
+    const CommDeviceView& v = resources.view();
+    const uint64_t bytes = static_cast<uint64_t>(args.count) * dataTypeSize(args.dtype);
+    if (bytes == 0) return;  // equal on every rank
+    const StridedGroup g =
+        rootedGroup(direction_, v.rank, v.nRanks, args.root, args.input, args.output, bytes);
+    launchCall(resources, args, config, planCall(resources, config, pairBytes(g, v.rank, v.nRanks)),
+               StridedPlan(g));
+  }
+
+ private:
+  RootedDirection direction_;
+};
+
 }  // namespace
 
+std::shared_ptr<Algorithm> makeGatherStream() {
+  return std::make_shared<RootedStream>("gather_stream", Collective::Gather, RootedDirection::Gather);
+}
+std::shared_ptr<Algorithm> makeScatterStream() {
+  return std::make_shared<RootedStream>("scatter_stream", Collective::Scatter, RootedDirection::Scatter);
+}
 std::shared_ptr<Algorithm> makeSendRecvLL() {
   return std::make_shared<SendRecvLL>();
 }

@@ -1,6 +1,7 @@
-// Host-side decisions of the LL stream algorithms (sendrecv_ll, alltoallv_ll; kernels in ll_stream.cu,
-// design in docs/collectives.md "LL streams"): which pairs of a call travel as LL packets and which go
-// through the pairwise engine (pairwiseKernel), the packet slot of a pair, and the kernels a call launches.
+// Host-side decisions of the LL stream algorithms (sendrecv_ll, alltoallv_ll, gather_stream, scatter_stream;
+// kernels in ll_stream.cu, design in docs/collectives.md "LL streams"): which pairs of a call travel as LL
+// packets and which go through the pairwise engine (pairwiseKernel), the packet slot of a pair, and the
+// kernels a call launches.
 // Pure functions of values every rank computes alike (unit-tested in tests/unit/test_ll_stream.cc).
 //
 // Per-pair choice: pair (rank, p) runs as LL iff max(bytes this rank sends to p, bytes it receives from p)
@@ -17,6 +18,7 @@
 #include "collectives/algorithms/alltoall_plan.cuh"
 #include "collectives/algorithms/movement_common.cuh"
 #include "collectives/algorithms/sendrecv_plan.cuh"
+#include "collectives/algorithms/strided_group.cuh"
 
 namespace meshcomm::movement {
 
@@ -144,6 +146,21 @@ inline PairBytes pairBytes(const SendRecvPlan& plan, int rank, int n) {
   }
   b.self = plan.hasOps(rank);
   b.selfBytes = b.self ? std::min(plan.sendBytes[rank], plan.recvBytes[rank]) : 0;
+  return b;
+}
+
+// Of a strided group (the same as pairBytes of the segment lists it stands for).
+inline PairBytes pairBytes(const StridedGroup& g, int rank, int n) {
+  PairBytes b;
+  for (int p = 0; p < n; ++p) {
+    const bool sends = (g.sendPeers >> p) & 1u, receives = (g.recvPeers >> p) & 1u;
+    if (p == rank || !(sends || receives)) continue;
+    b.active |= 1u << p;
+    b.send[p] = sends ? g.sendBytes : 0;
+    b.recv[p] = receives ? g.recvBytes : 0;
+  }
+  b.self = ((g.sendPeers | g.recvPeers) >> rank) & 1u;
+  b.selfBytes = b.self ? std::min(g.sendBytes, g.recvBytes) : 0;
   return b;
 }
 

@@ -21,8 +21,10 @@ void registerMovementAlgorithms(AlgorithmCollection& collection) {
   collection.add(movement::makeBroadcastChain());
   collection.add(movement::makeGatherLL());
   collection.add(movement::makeGatherScratch());
+  collection.add(movement::makeGatherStream());
   collection.add(movement::makeScatterLL());
   collection.add(movement::makeScatterScratch());
+  collection.add(movement::makeScatterStream());
   collection.add(movement::makeSendRecvLL());
   collection.add(movement::makeSendRecvScratch());
   collection.add(movement::makeBarrierChannels());

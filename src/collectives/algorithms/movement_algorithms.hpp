@@ -21,8 +21,10 @@ std::shared_ptr<Algorithm> makeBroadcastPipe();     // broadcast_scratch.cu
 std::shared_ptr<Algorithm> makeBroadcastChain();    // broadcast_scratch.cu
 std::shared_ptr<Algorithm> makeGatherLL();          // rooted_ll.cu
 std::shared_ptr<Algorithm> makeGatherScratch();     // gather_scratch.cu
+std::shared_ptr<Algorithm> makeGatherStream();      // ll_stream.cu
 std::shared_ptr<Algorithm> makeScatterLL();         // rooted_ll.cu
 std::shared_ptr<Algorithm> makeScatterScratch();    // scatter_scratch.cu
+std::shared_ptr<Algorithm> makeScatterStream();     // ll_stream.cu
 std::shared_ptr<Algorithm> makeSendRecvLL();        // ll_stream.cu
 std::shared_ptr<Algorithm> makeSendRecvScratch();   // sendrecv_scratch.cu
 std::shared_ptr<Algorithm> makeBarrierChannels();   // barrier_channels.cu

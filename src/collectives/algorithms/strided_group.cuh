@@ -126,6 +126,35 @@ struct StridedPlan : PlanBase {
 #endif
 };
 
+// A gather (every rank sends `bytes` of input to the root; the root receives chunk p at output + p * bytes
+// from every p, itself included) or a scatter (the root sends chunk p at input + p * bytes to every p; every
+// rank receives `bytes` into output) as the strided group of rank `rank`: the group nccl-tests posts for the
+// same collective as grouped sends and receives (stridedGroup finds these scalars in it), which
+// gather_stream and scatter_stream run with sendrecv_ll's kernels. A direction with one peer has stride 0.
+// Pure.
+enum class RootedDirection : uint8_t { Gather, Scatter };
+inline StridedGroup rootedGroup(RootedDirection d, int rank, int n, int root, const void* input, void* output,
+                                uint64_t bytes) {
+  const uint32_t everyone = n >= 32 ? ~0u : (1u << n) - 1u;
+  const uint32_t theRoot = 1u << root;
+  const auto in = reinterpret_cast<uint64_t>(input);
+  const auto out = reinterpret_cast<uint64_t>(output);
+  const bool isRoot = rank == root;
+  StridedGroup g;
+  if (d == RootedDirection::Gather) {
+    g.sendPeers = theRoot;
+    g.sendBytes = bytes;
+    g.sendBase = in;
+    if (isRoot) g.recvPeers = everyone, g.recvBytes = bytes, g.recvBase = out, g.recvStride = bytes;
+  } else {
+    g.recvPeers = theRoot;
+    g.recvBytes = bytes;
+    g.recvBase = out;
+    if (isRoot) g.sendPeers = everyone, g.sendBytes = bytes, g.sendBase = in, g.sendStride = bytes;
+  }
+  return g;
+}
+
 // Calls run(plan) with the StridedPlan of rank `rank`'s group when it is strided, else with the segment
 // lists themselves: both speak the same wire protocol (each rank decides alone), the strided one with a
 // few scalars of kernel parameters instead of the lists (~3 KiB) and no dependent loads of them.
