@@ -22,6 +22,14 @@ def test_registration_order_is_the_fallback_order():
     assert [a.name for a in collection.for_collective(Collective.ALLREDUCE)] == [
         "allreduce_oneshot_ll", "allreduce_twoshot_ll", "allreduce_rsag", "allreduce_zerocopy"]
     assert [a.name for a in collection.for_collective(Collective.BARRIER)] == ["barrier_channels"]
+    # The LL stream algorithms of gather/scatter come after sendrecv_ll in registration (their packet
+    # regions must not shrink its capacity), so after the rooted ones in their collectives.
+    assert [a.name for a in collection.for_collective(Collective.GATHER)] == [
+        "gather_ll", "gather_scratch", "gather_stream"]
+    assert [a.name for a in collection.for_collective(Collective.SCATTER)] == [
+        "scatter_ll", "scatter_scratch", "scatter_stream"]
+    names = collection.names()
+    assert names.index("sendrecv_ll") < names.index("gather_stream") < names.index("scatter_stream")
 
 
 def test_lookup():

@@ -21,12 +21,14 @@ void registerMovementAlgorithms(AlgorithmCollection& collection) {
   collection.add(movement::makeBroadcastChain());
   collection.add(movement::makeGatherLL());
   collection.add(movement::makeGatherScratch());
-  collection.add(movement::makeGatherStream());
   collection.add(movement::makeScatterLL());
   collection.add(movement::makeScatterScratch());
-  collection.add(movement::makeScatterStream());
   collection.add(movement::makeSendRecvLL());
   collection.add(movement::makeSendRecvScratch());
+  // Last: each reserves an LL stream region ([2][n][512 KiB + header], 16 MiB at n = 8) of what the packet
+  // buffer has left, after alltoallv_ll's and sendrecv_ll's, whose capacity they must not shrink.
+  collection.add(movement::makeGatherStream());
+  collection.add(movement::makeScatterStream());
   collection.add(movement::makeBarrierChannels());
 }
 
