@@ -87,6 +87,16 @@ std::string selectedAlltoallv(Comm& comm, bool deviceCounts) {
   a.countsLocation = deviceCounts ? CountsLocation::Device : CountsLocation::Host;
   return comm.select(a).algorithm->name();
 }
+// ... and for one call of a non-vector collective of `count` elements (sizes and pointers only).
+std::string selectedCollective(Comm& comm, Collective coll, DataType t, uint64_t count) {
+  CollectiveArgs a;
+  a.collective = coll;
+  a.dtype = t;
+  a.count = count;
+  a.input = reinterpret_cast<const void*>(0x1000);
+  a.output = reinterpret_cast<void*>(0x200000);
+  return comm.select(a).algorithm->name();
+}
 std::string selectedSendRecv(Comm& comm) {
   const P2POp op{P2POp::Send, 0, reinterpret_cast<void*>(0x1000), 4};
   CollectiveArgs a;
@@ -651,13 +661,8 @@ TEST_F(Collectives, EveryGatherAndScatterAlgorithm) {
     for (const auto& algo : cc().algorithms().forCollective(coll)) {
       SCOPED_TRACE(algo->name());
       ScopedAlgorithm forced(cc(), coll, algo->name());
-      CollectiveArgs probe;
-      probe.collective = coll;
-      probe.dtype = DataType::F32;
-      probe.count = 1023;
-      probe.input = reinterpret_cast<const void*>(0x1000);
-      probe.output = reinterpret_cast<void*>(0x200000);
-      ASSERT_EQ(cc().select(probe).algorithm->name(), algo->name()) << "the forced algorithm must run";
+      ASSERT_EQ(selectedCollective(cc(), coll, DataType::F32, 1023), algo->name())
+          << "the forced algorithm must run";
       std::vector<Case> cases;
       for (DataType t : {DataType::U8, DataType::BF16, DataType::F32, DataType::F64}) {
         std::vector<uint64_t> counts = matrixCounts();
@@ -747,13 +752,8 @@ TEST_F(Collectives, LargeF32Bf16Sum) {
 // halves must stay safe across root changes), unaligned offsets, in and out of place, null on non-roots.
 TEST_F(Collectives, ReduceDirectUpToItsRegion) {
   ScopedAlgorithm forced(cc(), Collective::Reduce, "reduce_direct");
-  CollectiveArgs probe;
-  probe.collective = Collective::Reduce;
-  probe.dtype = DataType::BF16;
-  probe.count = (1u << 20) / 2;
-  probe.input = reinterpret_cast<const void*>(0x1000);
-  probe.output = reinterpret_cast<void*>(0x2000);
-  ASSERT_EQ(cc().select(probe).algorithm->name(), "reduce_direct") << "1 MiB must fit reduce_direct's region";
+  ASSERT_EQ(selectedCollective(cc(), Collective::Reduce, DataType::BF16, (1u << 20) / 2), "reduce_direct")
+      << "1 MiB must fit reduce_direct's region";
   Rng rng(testSeed() + 29);
   std::vector<Case> cases;
   for (DataType t : kAllDataTypes) {

@@ -318,11 +318,11 @@ class RootedStream : public LLStreamAlgorithm {
  public:
   RootedStream(std::string name, Collective collective, RootedDirection direction)
       : LLStreamAlgorithm(std::move(name), collective), direction_(direction) {}
-  std::string unsupportedReason(const CollectiveArgs&, const CommTopology& topo) const override {
+  // As sendrecv_ll's (the group has no P2P operations to count: only the rank limit of the masks applies).
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
     std::string r = engineReason(topo);
     if (!r.empty()) return r;
-    if (topo.nRanks > kMaxP2PRanks) return detail::concat("at most ", kMaxP2PRanks, " ranks");
-    return {};
+    return sendRecvLimitsReason(args, topo.nRanks);
   }
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void*) override {
