@@ -188,6 +188,15 @@ class LLStreamAlgorithm : public EngineAlgorithm {
   LLStreamAlgorithm(std::string name, Collective collective)
       : EngineAlgorithm(std::move(name), collective, /*needsHeader=*/true) {}
 
+  // The default (sendrecv_ll, gather_stream, scatter_stream; alltoallv_ll has its own): depends only on the
+  // topology and on limits that are an error on any rank (as sendrecv_scratch); a collective's group has no
+  // P2P operations to count, so only the rank limit of the pair masks applies to it.
+  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
+    std::string r = engineReason(topo);
+    if (!r.empty()) return r;
+    return sendRecvLimitsReason(args, topo.nRanks);
+  }
+
   void initialize(CommResources& resources) override {
     EngineAlgorithm::initialize(resources);
     const CommDeviceView& v = resources.view();
@@ -260,12 +269,6 @@ class LLStreamAlgorithm : public EngineAlgorithm {
 class SendRecvLL : public LLStreamAlgorithm {
  public:
   SendRecvLL() : LLStreamAlgorithm("sendrecv_ll", Collective::SendRecv) {}
-  // Depends only on the topology and on limits an error on any rank (as sendrecv_scratch).
-  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
-    std::string r = engineReason(topo);
-    if (!r.empty()) return r;
-    return sendRecvLimitsReason(args, topo.nRanks);
-  }
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void*) override {
     const CommDeviceView& v = resources.view();
@@ -318,12 +321,6 @@ class RootedStream : public LLStreamAlgorithm {
  public:
   RootedStream(std::string name, Collective collective, RootedDirection direction)
       : LLStreamAlgorithm(std::move(name), collective), direction_(direction) {}
-  // As sendrecv_ll's (the group has no P2P operations to count: only the rank limit of the masks applies).
-  std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
-    std::string r = engineReason(topo);
-    if (!r.empty()) return r;
-    return sendRecvLimitsReason(args, topo.nRanks);
-  }
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void*) override {
     const CommDeviceView& v = resources.view();
