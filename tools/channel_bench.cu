@@ -391,8 +391,7 @@ Bench::Bench(Communicator& comm, const Options& opts)
     handles.push_back(chans_.back().deviceHandle());
   }
   chanHandles_ = GpuBuffer(handles.size() * sizeof(MemoryChannelDeviceHandle));
-  MESHCOMM_CUDA_CHECK(
-      cudaMemcpy(chanHandles_.data(), handles.data(), chanHandles_.size(), cudaMemcpyHostToDevice));
+  copyToDevice(chanHandles_.data(), handles.data(), chanHandles_.size());
 
   proxy_ = std::make_unique<ProxyService>(comm_);
   const SemaphoreId sem = proxy_->buildAndAddSemaphore(proxyConn_, 18);

@@ -21,6 +21,12 @@ class CudaDeviceGuard {
   int previous_ = -1;
 };
 
+// Copies `bytes` of host memory to device memory and returns once the device holds them, so that work
+// enqueued afterwards on any stream reads them: cudaMemcpy from pageable memory returns once the data is
+// staged, before its DMA lands, and work on a non-blocking stream does not wait for the legacy stream. The
+// copy runs on a private non-blocking stream, so no other work is waited for.
+void copyToDevice(void* dst, const void* src, size_t bytes);
+
 enum class GpuMemoryKind {
   CudaMalloc,  // cudaMalloc: shared with peers through cudaIpc handles
   CuMem,       // cuMemCreate (VMM) with POSIX-fd export: shared as file descriptors over a unix socket

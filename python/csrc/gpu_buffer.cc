@@ -29,11 +29,15 @@ class PyGpuBuffer {
   int device() const { return device_; }
   GpuMemoryKind kind() const { return buffer_.kind(); }
 
-  // Synchronous copies (cudaMemcpy: ordered after work on the legacy default stream).
+  // Synchronous copies (cudaMemcpy: ordered after work on the legacy default stream). An upload also waits
+  // for its DMA (cudaMemcpy from pageable memory returns once the data is staged), so that work on any
+  // stream afterwards reads the new bytes.
   void upload(const char* data, size_t bytes, size_t offset) {
     requireRange("upload", bytes, offset);
     CudaDeviceGuard guard(device_);
-    if (bytes) MESHCOMM_CUDA_CHECK(cudaMemcpy(at(offset), data, bytes, cudaMemcpyHostToDevice));
+    if (bytes == 0) return;
+    MESHCOMM_CUDA_CHECK(cudaMemcpy(at(offset), data, bytes, cudaMemcpyHostToDevice));
+    MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
   }
   std::string download(size_t bytes, size_t offset) {
     requireRange("download", bytes, offset);

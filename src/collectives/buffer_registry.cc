@@ -57,10 +57,8 @@ BufferRegistration BufferRegistry::add(void* ptr, size_t bytes) {
     sizes[r] = e.byRank[r].size();
   }
   const size_t row = static_cast<size_t>(index) * n;
-  MESHCOMM_CUDA_CHECK(cudaMemcpy(static_cast<void**>(deviceBases_.data()) + row, bases.data(),
-                                 sizeof(void*) * n, cudaMemcpyHostToDevice));
-  MESHCOMM_CUDA_CHECK(cudaMemcpy(static_cast<uint64_t*>(deviceSizes_.data()) + row, sizes.data(),
-                                 sizeof(uint64_t) * n, cudaMemcpyHostToDevice));
+  copyToDevice(static_cast<void**>(deviceBases_.data()) + row, bases.data(), sizeof(void*) * n);
+  copyToDevice(static_cast<uint64_t*>(deviceSizes_.data()) + row, sizes.data(), sizeof(uint64_t) * n);
   byBase_.emplace(e.base, index);
   entries_[index] = std::move(e);
   return BufferRegistration{index};

@@ -186,8 +186,7 @@ std::vector<uint64_t*> recvTokens(Communicator& comm, int peer, size_t count,
 template <typename T>
 GpuBuffer uploadArray(const std::vector<T>& host) {
   GpuBuffer buffer(std::max<size_t>(host.size() * sizeof(T), sizeof(T)));
-  MESHCOMM_CUDA_CHECK(
-      cudaMemcpy(buffer.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  copyToDevice(buffer.data(), host.data(), host.size() * sizeof(T));
   return buffer;
 }
 

@@ -15,17 +15,22 @@ namespace meshcomm {
 
 namespace {
 
-// Zeroes device memory and waits for it: a private non-blocking stream, so no other stream's work is
-// waited for (cudaMemset on the legacy stream would be asynchronous and serialise with every blocking
-// stream).
-void zeroDeviceMemory(void* ptr, size_t bytes) {
+// Runs enqueue(stream) on a private non-blocking stream and waits for it: no other stream's work is waited
+// for (the legacy stream would serialise with every blocking stream).
+template <class Enqueue>
+void runOnPrivateStream(Enqueue&& enqueue) {
   cudaStream_t stream = nullptr;
   MESHCOMM_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  cudaError_t err = cudaMemsetAsync(ptr, 0, bytes, stream);
+  cudaError_t err = enqueue(stream);
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
   cudaError_t destroyErr = cudaStreamDestroy(stream);
   MESHCOMM_CUDA_CHECK(err);
   MESHCOMM_CUDA_CHECK(destroyErr);
+}
+
+// Zeroes device memory and waits for it (cudaMemset on the legacy stream would be asynchronous).
+void zeroDeviceMemory(void* ptr, size_t bytes) {
+  runOnPrivateStream([&](cudaStream_t s) { return cudaMemsetAsync(ptr, 0, bytes, s); });
 }
 
 size_t roundUp(size_t x, size_t to) {
@@ -33,6 +38,12 @@ size_t roundUp(size_t x, size_t to) {
 }
 
 }  // namespace
+
+void copyToDevice(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  runOnPrivateStream(
+      [&](cudaStream_t s) { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s); });
+}
 
 int gpuCount() {
   int n = 0;

@@ -225,7 +225,7 @@ BufferChecker::BufferChecker() : result_(sizeof(CheckResult)) {
 
 void BufferChecker::reset() {
   const CheckResult init{0, ~0ull, 0};
-  MESHCOMM_CUDA_CHECK(cudaMemcpy(result_.data(), &init, sizeof(init), cudaMemcpyHostToDevice));
+  copyToDevice(result_.data(), &init, sizeof(init));
 }
 
 CheckReport BufferChecker::collect(cudaStream_t stream) {

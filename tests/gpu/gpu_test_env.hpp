@@ -318,9 +318,7 @@ class DeviceArray {
   DeviceArray() = default;
   explicit DeviceArray(const std::vector<T>& host)
       : buffer_(std::max<size_t>(host.size(), 1) * sizeof(T)), size_(host.size()) {
-    if (!host.empty())
-      MESHCOMM_CUDA_CHECK(
-          cudaMemcpy(buffer_.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    if (!host.empty()) copyToDevice(buffer_.data(), host.data(), host.size() * sizeof(T));
   }
   T* data() const { return static_cast<T*>(buffer_.data()); }
   size_t size() const { return size_; }

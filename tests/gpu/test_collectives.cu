@@ -1413,7 +1413,7 @@ TEST_F(Collectives, CommsClosedInDifferentOrdersOnDifferentRanks) {
   MESHCOMM_CUDA_CHECK(cudaMalloc(&buf, kCount * sizeof(float)));
   std::vector<float> host(kCount, static_cast<float>(rank() + 1));
   for (Comm* c : {a.get(), b.get()}) {  // both hold live connections and contexts
-    MESHCOMM_CUDA_CHECK(cudaMemcpy(buf, host.data(), kCount * sizeof(float), cudaMemcpyHostToDevice));
+    copyToDevice(buf, host.data(), kCount * sizeof(float));
     c->allReduce(buf, buf, kCount, DataType::F32, ReduceOpSpec(), stream());
     std::vector<float> got(kCount);
     MESHCOMM_CUDA_CHECK(
@@ -1508,7 +1508,7 @@ TEST_F(Collectives, GraphCaptureReplayWithFreshInputs) {
   const RedCase pm{ReduceOp::PreMulSum, true};
   {
     const uint64_t bits = encodeExactFloat(preMulScalar(DataType::F16, true, me), DataType::F16);
-    MESHCOMM_CUDA_CHECK(cudaMemcpy(deviceScalarBuf.data(), &bits, 2, cudaMemcpyHostToDevice));
+    copyToDevice(deviceScalarBuf.data(), &bits, 2);
   }
   const int bcRoot = n - 1, next = (me + 1) % n, prev = (me + n - 1) % n;
   cudaStream_t s = stream();

@@ -175,8 +175,7 @@ TEST_F(GpuHarness, CheckerDetectsSingleCorruptBytes) {
   std::vector<uint8_t> region2(70001);
   for (uint64_t j = 0; j < region2.size(); ++j)
     region2[j] = patternByte(seed ^ 0xABCD, j + 13) ^ patternByte(seed, j + 13);
-  MESHCOMM_CUDA_CHECK(cudaMemcpy(static_cast<char*>(buf.data()) + 4096, region2.data(), region2.size(),
-                                 cudaMemcpyHostToDevice));
+  copyToDevice(static_cast<char*>(buf.data()) + 4096, region2.data(), region2.size());
   BufferChecker checker;
   CheckReport clean = checker.check(stream(), buf.data(), layout);
   EXPECT_TRUE(clean.ok()) << clean.describe();
@@ -185,13 +184,13 @@ TEST_F(GpuHarness, CheckerDetectsSingleCorruptBytes) {
   for (uint64_t index : {uint64_t{5 + 777}, uint64_t{4096 + 70000}, uint64_t{total - 1}, uint64_t{0}}) {
     const uint8_t want = layout.expected(index);
     const uint8_t bad = static_cast<uint8_t>(want ^ 0x10);
-    MESHCOMM_CUDA_CHECK(cudaMemcpy(static_cast<char*>(buf.data()) + index, &bad, 1, cudaMemcpyHostToDevice));
+    copyToDevice(static_cast<char*>(buf.data()) + index, &bad, 1);
     CheckReport r = checker.check(stream(), buf.data(), layout);
     EXPECT_EQ(r.mismatches, 1u) << "corrupt byte " << index;
     EXPECT_EQ(r.firstIndex, index);
     EXPECT_EQ(r.firstExpected, want);
     EXPECT_EQ(r.firstGot, bad);
-    MESHCOMM_CUDA_CHECK(cudaMemcpy(static_cast<char*>(buf.data()) + index, &want, 1, cudaMemcpyHostToDevice));
+    copyToDevice(static_cast<char*>(buf.data()) + index, &want, 1);
   }
 }
 

@@ -44,9 +44,7 @@ class NcclShim : public GpuTest {
     auto& b = keep<GpuBuffer>(n * sizeof(float) + 16);
     return static_cast<float*>(b.data());
   }
-  void upload(float* d, const std::vector<float>& h) {
-    MESHCOMM_CUDA_CHECK(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
-  }
+  void upload(float* d, const std::vector<float>& h) { copyToDevice(d, h.data(), h.size() * sizeof(float)); }
   void poison(float* d, size_t n) { upload(d, std::vector<float>(n, NAN)); }
   std::vector<float> download(const float* d, size_t n) {
     MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
