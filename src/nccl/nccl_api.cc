@@ -110,15 +110,19 @@ ncclResult_t fail(ncclComm* comm, ncclResult_t r, const std::string& text) {
   return r;
 }
 
-// Runs `body`, mapping exceptions to ncclResult_t; the text names the function and the rank.
+// Runs `body`, mapping exceptions to ncclResult_t; the text names the function (after `within`, the call
+// that runs it, e.g. "ncclGroupEnd", when given) and the rank. No text is built unless `body` throws.
 template <class F>
-ncclResult_t guarded(const char* fn, ncclComm* comm, F&& body) {
+ncclResult_t guarded(const char* fn, ncclComm* comm, F&& body, const char* within = nullptr) {
+  auto text = [&](const char* what) {
+    return within ? detail::concat(within, ": ", fn, ": ", what) : detail::concat(fn, ": ", what);
+  };
   try {
     return body();
   } catch (const Error& e) {
-    return fail(comm, shim::resultOf(e.code()), detail::concat(fn, ": ", e.what()));
+    return fail(comm, shim::resultOf(e.code()), text(e.what()));
   } catch (const std::exception& e) {
-    return fail(comm, ncclInternalError, detail::concat(fn, ": ", e.what()));
+    return fail(comm, ncclInternalError, text(e.what()));
   }
 }
 
@@ -702,11 +706,14 @@ ncclResult_t launchQueued(const std::vector<QueuedOp>& ops) {
   ncclResult_t result = ncclSuccess;
   std::vector<ncclComm*> batches;
   for (const QueuedOp& q : ops) {
-    const ncclResult_t r = guarded(detail::concat("ncclGroupEnd: ", q.fn).c_str(), q.comm, [&] {
-      requireNotRevoked(q.comm);
-      launch(q, &batches);
-      return ncclSuccess;
-    });
+    const ncclResult_t r = guarded(
+        q.fn, q.comm,
+        [&] {
+          requireNotRevoked(q.comm);
+          launch(q, &batches);
+          return ncclSuccess;
+        },
+        "ncclGroupEnd");
     if (result == ncclSuccess) result = r;
   }
   for (ncclComm* c : batches) {
