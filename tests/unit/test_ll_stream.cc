@@ -509,6 +509,52 @@ TEST(StridedGroup, OtherGroupsAreNot) {
   EXPECT_EQ(g.sendPeers, 0xBu);
 }
 
+// Even exchanges (sendrecv_ll runs them through the LL exchange kernel): the same bytes to and from every
+// other rank, oneself either way. Both sides of a pair see one operation each way of b bytes, so a peer
+// running llStreamKernel against it agrees on the header.
+TEST(StridedGroup, EvenExchangesAreAlltoallsOfEveryOtherRank) {
+  StridedGroup g;
+  const auto at = [](int p) { return 0x1000 + 64 * p; };
+  const auto rat = [](int p) { return 0x9000 + 64 * p; };
+  for (int n : {2, 3, 4, 8}) {
+    for (int rank = 0; rank < n; ++rank) {
+      SCOPED_TRACE(::testing::Message() << "n " << n << " rank " << rank);
+      for (bool self : {true, false}) {
+        ASSERT_TRUE(isStrided(alltoallGroup(rank, n, 64, self, at, rat), rank, n, g));
+        EXPECT_EQ(evenExchangeBytes(g, rank, n), 64u);
+      }
+      // Zero bytes: nothing to exchange (a group of count 0 launches nothing anyway).
+      ASSERT_TRUE(isStrided(alltoallGroup(rank, n, 0, false, at, rat), rank, n, g));
+      EXPECT_EQ(evenExchangeBytes(g, rank, n), 0u);
+    }
+  }
+  // Not even: a peer missing, counts differing by direction, a ring step (send to next, receive from
+  // previous) on more than two ranks, one-sided groups, oneself only.
+  auto ops = alltoallGroup(0, 4, 64, true, at, rat);
+  ops.erase(ops.begin() + 4, ops.begin() + 6);  // nothing with peer 2
+  ASSERT_TRUE(isStrided(ops, 0, 4, g));
+  EXPECT_EQ(evenExchangeBytes(g, 0, 4), 0u);
+  ops = alltoallGroup(1, 4, 64, false, at, rat);
+  for (auto& op : ops)
+    if (op.kind == P2POp::Recv) op.count = 32;
+  ASSERT_TRUE(isStrided(ops, 1, 4, g));
+  EXPECT_EQ(evenExchangeBytes(g, 1, 4), 0u);
+  ASSERT_TRUE(isStrided({{P2POp::Send, 3, fakePtr(0x10), 8}, {P2POp::Recv, 1, fakePtr(0x20), 8}}, 2, 4, g));
+  EXPECT_EQ(evenExchangeBytes(g, 2, 4), 0u);
+  ASSERT_TRUE(isStrided({{P2POp::Send, 1, fakePtr(0x300), 40}}, 2, 4, g));
+  EXPECT_EQ(evenExchangeBytes(g, 2, 4), 0u);
+  ASSERT_TRUE(isStrided({{P2POp::Recv, 0, fakePtr(0x20), 5}, {P2POp::Send, 0, fakePtr(0x10), 5}}, 0, 4, g));
+  EXPECT_EQ(evenExchangeBytes(g, 0, 4), 0u);
+  // The two-rank sendrecv ring step (send to and receive from the other rank) is one.
+  ASSERT_TRUE(isStrided({{P2POp::Send, 0, fakePtr(0x10), 8}, {P2POp::Recv, 0, fakePtr(0x20), 8}}, 1, 2, g));
+  EXPECT_EQ(evenExchangeBytes(g, 1, 2), 8u);
+  // Its header: the signature of one operation of b bytes, as the segment lists of the peer compute it.
+  const SendRecvPlan peer = makeSendRecvPlan(
+      groupArgs({{P2POp::Send, 1, fakePtr(0x10), 8}, {P2POp::Recv, 1, fakePtr(0x20), 8}}), 0, 2);
+  EXPECT_EQ(peer.recvSigs[1], mixSize(kSigSeed, 8));
+  EXPECT_EQ(peer.sendSigs[1], mixSize(kSigSeed, 8));
+}
+
 // gather_stream / scatter_stream build the group that nccl-tests posts for the collective (sends and
 // receives at r * count), on the root and elsewhere; so do pairBytes of it and of the segment lists.
 TEST(StridedGroup, GatherAndScatterAreTheGroupsNcclTestsPosts) {

@@ -16,7 +16,9 @@
 // Plans (the streams of a call): SendRecvPlan (per-peer segment lists), StridedPlan (sendrecv_ll's groups
 // of at most one send and one receive per peer at strided addresses, e.g. an alltoall, a gather, a ring
 // step: addresses by arithmetic, strided_group.cuh; gather_stream and scatter_stream: the collective as
-// such a group), AllToAllPlan<HostCounts> (alltoallv_ll).
+// such a group), AllToAllPlan<HostCounts> (alltoallv_ll). An even exchange (evenExchangeBytes: a strided
+// group with the same bytes to and from every other rank) of LL pairs runs the LL exchange kernel instead,
+// which speaks this protocol (LLExchange::streamHeader), so its peers may run llStreamKernel against it.
 #include <memory>
 
 #include "collectives/algorithms/ll_stream.hpp"
@@ -249,6 +251,28 @@ class LLStreamAlgorithm : public EngineAlgorithm {
     MESHCOMM_CUDA_CHECK(cudaGetLastError());
   }
 
+  // An even exchange of b bytes (evenExchangeBytes) whose pairs are all LL (b <= the capacity): one LL
+  // exchange kernel speaking this protocol (the peers may run llStreamKernel against it), on this
+  // algorithm's region and epochs; blocks per peer as llStreamShape's. False (nothing launched) otherwise.
+  bool launchEvenExchange(CommResources& resources, const LaunchConfig& config, const StridedGroup& g,
+                          cudaStream_t stream) {
+    const CommDeviceView& v = resources.view();
+    const uint64_t b = evenExchangeBytes(g, v.rank, v.nRanks);
+    if (b == 0 || b > capacity_) return false;
+    const int threads = normalizeThreads(config.nThreadsPerBlock, kLLThreads, 32, kLLThreads);
+    const int perPeer = llBlocksPerPeer(b, threads, resources.topology());
+    LLExchange x;
+    x.input = reinterpret_cast<const char*>(g.sendBase);
+    x.output = reinterpret_cast<char*>(g.recvBase);
+    x.bytes = b;
+    x.srcStride = g.sendStride;
+    x.dstStride = g.recvStride;
+    x.selfBytes = ((g.sendPeers >> v.rank) & 1u) ? b : 0;
+    x.streamHeader = true;
+    launchLLExchange(v, region_, epochs_, LLGrid{perPeer, perPeer * (v.nRanks - 1)}, threads, x, stream);
+    return true;
+  }
+
   // Every kernel of a call, in stream order: the LL kernel(s) and/or the pipeline.
   template <class Plan>
   void launchCall(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
@@ -274,10 +298,16 @@ class SendRecvLL : public LLStreamAlgorithm {
     const CommDeviceView& v = resources.view();
     const SendRecvPlan plan = makeSendRecvPlan(args, v.rank, v.nRanks);
     if (args.numP2POps == 0) return;
-    const StreamCall call = planCall(resources, config, pairBytes(plan, v.rank, v.nRanks));
-    // A strided group: the same kernels and protocol, addresses by arithmetic (strided_group.cuh).
-    runWithGroupPlan(plan, v.rank, v.nRanks,
-                     [&](const auto& p) { this->launchCall(resources, args, config, call, p); });
+    // A strided group: the same protocol, addresses by arithmetic (strided_group.cuh); an even one of LL
+    // pairs through the LL exchange kernel.
+    StridedGroup g;
+    if (!stridedGroup(plan, v.rank, v.nRanks, g)) {
+      launchCall(resources, args, config, planCall(resources, config, pairBytes(plan, v.rank, v.nRanks)),
+                 plan);
+    } else if (!launchEvenExchange(resources, config, g, args.stream)) {
+      launchCall(resources, args, config, planCall(resources, config, pairBytes(g, v.rank, v.nRanks)),
+                 StridedPlan(g));
+    }
   }
 };
 

@@ -3,7 +3,8 @@
 //
 // 1. The LL exchange (llExchangeKernel, LLExchangeAlgorithm): every rank writes its bytes for peer p as
 //    LL16 packets into p's packet region, slot [rank], half (pair epoch & 1); p spins on the flags and
-//    unpacks. No semaphores. Used by allgather_ll and alltoall_ll (they differ only in the input stride).
+//    unpacks. No semaphores. Used by allgather_ll and alltoall_ll (they differ only in the input stride),
+//    and with the LL stream protocol's header by sendrecv_ll's even exchanges (ll_stream.cu).
 //
 // 2. The pairwise stream engine (pairwiseKernel<Plan>, EngineAlgorithm; the *_scratch algorithms): block
 //    (peer p, index c) exchanges with p's block (this rank, c); each direction is a stream of pieces through
@@ -705,16 +706,24 @@ __global__ void __launch_bounds__(kEngineThreads)
   if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }
 
-// The LL exchange (defined in ll_exchange.cu): block (peer p, index c) writes its share of the bytes for p
-// (input + p*srcStride) as packets into p's region slot [rank], does its share of the local copy, then
-// unpacks its share of p's packets into output + p*dstStride. allgather: srcStride 0, dstStride bytes;
-// alltoall: both bytes. In place (alltoall: input == output) a block reads its input share before it
-// overwrites it
-// (__syncthreads between its puts and its gets; shares of different blocks are disjoint).
-__global__ void __launch_bounds__(kLLThreads)
-    llExchangeKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, int blocksPerPeer, const char* input,
-                     char* output, uint64_t bytes, uint64_t srcStride, uint64_t dstStride);
 #endif
+
+// One launch of the LL exchange (ll_exchange.cu): block (peer p, index c) of `grid` writes its share of the
+// `bytes` for p (input + p*srcStride) as packets into p's region slot [rank], does its share of the local
+// copy (selfBytes from input + rank*srcStride to output + rank*dstStride; 0: none), then unpacks its share
+// of p's packets into output + p*dstStride. allgather: srcStride 0, dstStride bytes; alltoall: both bytes.
+// In place (alltoall: input == output) a block reads its input share before it overwrites it
+// (__syncthreads between its puts and its gets; shares of different blocks are disjoint). streamHeader:
+// the pairs speak the LL stream protocol of ll_stream.cu (header packets {bytes, signature of one
+// operation}, then the packets): an even exchange of sendrecv_ll, whose peers may run llStreamKernel.
+struct LLExchange {
+  const char* input = nullptr;
+  char* output = nullptr;
+  uint64_t bytes = 0, srcStride = 0, dstStride = 0, selfBytes = 0;
+  bool streamHeader = false;
+};
+void launchLLExchange(const CommDeviceView& v, const PacketRegion& r, const PairEpochs& ep,
+                      const LLGrid& grid, int threads, const LLExchange& x, cudaStream_t stream);
 
 // ---- host side
 // ----------------------------------------------------------------------------------------------

@@ -81,6 +81,19 @@ inline bool stridedGroup(const SendRecvPlan& plan, int rank, int n, StridedGroup
   return true;
 }
 
+// An even exchange: this rank sends b > 0 bytes to and receives b bytes from every other rank (and either
+// both or neither with itself), as an alltoall posted as grouped sends and receives (nccl-tests' alltoall)
+// or a two-rank sendrecv. Returns b, or 0 when g is not one. Pure. Every pair of an even exchange has one
+// operation each way of b bytes, so sendrecv_ll runs it, when b fits its LL capacity, through the LL
+// exchange kernel speaking the stream protocol (LLExchange::streamHeader) instead of llStreamKernel.
+inline uint64_t evenExchangeBytes(const StridedGroup& g, int rank, int n) {
+  const uint32_t everyone = n >= 32 ? ~0u : (1u << n) - 1u;
+  const uint32_t others = everyone & ~(1u << rank);
+  if (n < 2 || g.sendPeers != g.recvPeers || (g.sendPeers & others) != others || g.sendBytes != g.recvBytes)
+    return 0;
+  return g.sendBytes;
+}
+
 // The plan of a strided group (the interface of SendRecvPlan that llStreamKernel and pairwiseKernel use).
 // send, recv, sendSig, recvSig: pure (scalars of the by-value plan). A peer without an operation in a
 // direction has an empty stream and the seed signature there; with one, the signature SendRecvPlan computes
