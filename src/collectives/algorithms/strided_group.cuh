@@ -81,14 +81,18 @@ inline bool stridedGroup(const SendRecvPlan& plan, int rank, int n, StridedGroup
   return true;
 }
 
+// The peer mask of every rank of n (n <= 32, the width of the masks). Pure.
+inline uint32_t allRanksMask(int n) {
+  return n >= 32 ? ~0u : (1u << n) - 1u;
+}
+
 // An even exchange: this rank sends b > 0 bytes to and receives b bytes from every other rank (and either
 // both or neither with itself), as an alltoall posted as grouped sends and receives (nccl-tests' alltoall)
 // or a two-rank sendrecv. Returns b, or 0 when g is not one. Pure. Every pair of an even exchange has one
 // operation each way of b bytes, so sendrecv_ll runs it, when b fits its LL capacity, through the LL
 // exchange kernel speaking the stream protocol (LLExchange::streamHeader) instead of llStreamKernel.
 inline uint64_t evenExchangeBytes(const StridedGroup& g, int rank, int n) {
-  const uint32_t everyone = n >= 32 ? ~0u : (1u << n) - 1u;
-  const uint32_t others = everyone & ~(1u << rank);
+  const uint32_t others = allRanksMask(n) & ~(1u << rank);
   if (n < 2 || g.sendPeers != g.recvPeers || (g.sendPeers & others) != others || g.sendBytes != g.recvBytes)
     return 0;
   return g.sendBytes;
@@ -148,7 +152,7 @@ struct StridedPlan : PlanBase {
 enum class RootedDirection : uint8_t { Gather, Scatter };
 inline StridedGroup rootedGroup(RootedDirection d, int rank, int n, int root, const void* input, void* output,
                                 uint64_t bytes) {
-  const uint32_t everyone = n >= 32 ? ~0u : (1u << n) - 1u;
+  const uint32_t everyone = allRanksMask(n);
   const uint32_t theRoot = 1u << root;
   const auto in = reinterpret_cast<uint64_t>(input);
   const auto out = reinterpret_cast<uint64_t>(output);
