@@ -6,12 +6,17 @@
 namespace meshcomm::movement {
 namespace {
 
+constexpr uint32_t kWarpThreads = 32;
+
 // kStreamHeader: block c == 0 also writes the pair's header {bytes, signature of one operation of `bytes`}
 // (writeHeader; its packets precede the payload's in the slot), and its last thread reads the peer's and
 // reports a mismatch while the other threads wait for their packets. On a mismatch in which the peer sends
 // fewer packets than this rank expects, the waits for the missing ones end at the abort flag the report
 // raises (nothing is written for them). Memory order as the LL exchange: LL packets only; epoch words after
 // __syncthreads() once the block's packet reads are done, read by the next launch.
+// The local chunk's copy (out of place) is spread over every block. A block's warps that have no packet to
+// receive copy its share after the barrier, while the others wait for packets, so the copy's loads do not
+// delay the receive; a block in which every warp receives copies between its puts and the barrier.
 template <bool kStreamHeader>
 __global__ void __launch_bounds__(kLLThreads)
     llExchangeKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, int blocksPerPeer, const char* input,
@@ -19,7 +24,7 @@ __global__ void __launch_bounds__(kLLThreads)
                      uint64_t selfBytes) {
   constexpr uint64_t kHead = kStreamHeader ? kLLStreamHeaderPackets : 0;
   const BlockRole role = blockRole(v, blocksPerPeer);
-  uint64_t epoch = 0, off = 0, len = 0, pk0 = 0;
+  uint64_t epoch = 0, off = 0, len = 0, pk0 = 0, blockPackets = 0;
   if (role.peer >= 0) {
     // This block's packets of the pair: packets [pk0, pk1) = payload bytes [off, off + len).
     epoch = ep.load(role.peer, role.c);
@@ -31,6 +36,7 @@ __global__ void __launch_bounds__(kLLThreads)
     const uint64_t per = divUp(nPackets, static_cast<uint64_t>(blocksPerPeer));
     pk0 = per * static_cast<uint64_t>(role.c);
     const uint64_t pk1 = minU(nPackets, pk0 + per);
+    blockPackets = pk1 > pk0 ? pk1 - pk0 : 0;
     if (pk0 < pk1) {
       off = pk0 * LL16Packet::kPayloadBytes;
       len = minU(bytes, pk1 * LL16Packet::kPayloadBytes) - off;
@@ -39,10 +45,14 @@ __global__ void __launch_bounds__(kLLThreads)
                          threadIdx.x, blockDim.x);
     }
   }
-  // Local chunk (skipped in place), spread over all blocks while the packets travel.
-  copyShare(output + static_cast<uint64_t>(v.rank) * dstStride,
-            input + static_cast<uint64_t>(v.rank) * srcStride, selfBytes, blockIdx.x, gridDim.x, threadIdx.x,
-            blockDim.x);
+  // Local chunk (skipped in place): this block's share, copied now by every thread, or after the barrier by
+  // the warps past the `receivers` threads that wait for packets (copyLate, block-uniform).
+  char* selfOut = output + static_cast<uint64_t>(v.rank) * dstStride;
+  const char* selfIn = input + static_cast<uint64_t>(v.rank) * srcStride;
+  const uint32_t receivers =
+      static_cast<uint32_t>(divUp(blockPackets, uint64_t{kWarpThreads}) * kWarpThreads);
+  const bool copyLate = role.peer >= 0 && receivers + kWarpThreads <= blockDim.x;
+  if (!copyLate) copyShare(selfOut, selfIn, selfBytes, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
   if (role.peer < 0) return;
   __syncthreads();  // in place: this block's input share is read before its output share is written
   const char* in = r.inbox(v, role.peer, epoch & 1);
@@ -55,11 +65,15 @@ __global__ void __launch_bounds__(kLLThreads)
         reportMismatch(ctx, role.peer, bytes, peerBytes);
     }
   }
-  if (len) {
+  if (copyLate && threadIdx.x >= receivers) {
+    copyShare(selfOut, selfIn, selfBytes, blockIdx.x, gridDim.x, threadIdx.x - receivers,
+              blockDim.x - receivers);
+  } else if (len) {
     const auto* src = reinterpret_cast<const LL16Packet*>(in) + kHead + pk0;
     // A false return (timeout / abort) is recorded by getPackets; the block just finishes.
     device::getPackets(output + static_cast<uint64_t>(role.peer) * dstStride + off, src, len, llFlag(epoch),
-                       threadIdx.x, blockDim.x, device::channelRef(v, role.peer, 0).semaphore.spin);
+                       threadIdx.x, copyLate ? receivers : blockDim.x,
+                       device::channelRef(v, role.peer, 0).semaphore.spin);
   }
   __syncthreads();  // every packet read of this block is done before the epoch moves on
   ep.advance(role.peer, role.c, blocksPerPeer, epoch, threadIdx.x, blockDim.x);
