@@ -88,7 +88,10 @@ class Comm {
                  CountsLocation where = CountsLocation::Host);
   // Point-to-point. Outside a group each call runs alone; between groupStart() and groupEnd() sends and
   // receives are collected and groupEnd() launches them as one kernel (all on the stream of the group's
-  // first operation; every operation of a group must use the same stream).
+  // first operation; every operation of a group must use the same stream). A send that reads bytes an
+  // earlier receive of the group writes sees them where every peer's operations fall on one side of it
+  // (the group then runs as consecutive launches); otherwise, as in NCCL, the group's operations run
+  // concurrently and such a send's data is undefined (docs/collectives.md, "SendRecv").
   void send(const void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream);
   void recv(void* buffer, size_t count, DataType dtype, int peer, cudaStream_t stream);
   void groupStart();

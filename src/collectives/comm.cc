@@ -10,6 +10,7 @@
 #include "base/logging.hpp"
 #include "collectives/default_table.hpp"
 #include "collectives/selection_plan.hpp"
+#include "collectives/p2p_phases.hpp"
 #include "collectives/validation.hpp"
 #include "meshcomm/buffer_registry.hpp"
 #include "meshcomm/builtin_algorithms.hpp"
@@ -248,16 +249,21 @@ void Comm::Impl::addP2P(const P2POp& p2p, DataType dtype, cudaStream_t stream) {
   groupOps.push_back(P2POp{p2p.kind, p2p.peer, p2p.buffer, p2p.count * dataTypeSize(dtype)});
 }
 
+// One SendRecv launch per phase (p2p_phases.hpp: one unless a send reads what a receive before it writes).
 void Comm::Impl::flushGroup() {
   if (groupOps.empty()) return;
   CollectiveArgs args;
   args.collective = Collective::SendRecv;
   args.dtype = DataType::U8;
-  args.p2pOps = groupOps.data();
-  args.numP2POps = groupOps.size();
   args.stream = groupStream;
+  const std::vector<size_t> starts = p2pPhaseStarts(groupOps.data(), groupOps.size(), topo().nRanks);
   try {
-    launchSelected("sendrecv", args, nullptr);
+    for (size_t i = 0; i < starts.size(); ++i) {
+      const size_t end = i + 1 < starts.size() ? starts[i + 1] : groupOps.size();
+      args.p2pOps = groupOps.data() + starts[i];
+      args.numP2POps = end - starts[i];
+      launchSelected("sendrecv", args, nullptr);
+    }
   } catch (...) {
     groupOps.clear();
     throw;

@@ -281,6 +281,8 @@ class Collectives : public GpuTest {
     bad += counters_.collect(stream())[0];
     if (bad != 0) fail(ctx, detail::concat(bad, " wrong ", unit, "; ", first));
   }
+  // A group in which sends read what earlier receives of it write (send/recv section below).
+  void dependentStepsInOneGroup(bool hypercube);
   // After a case of a loop: false (and a failure naming `ctx`) when any rank saw an exception.
   bool everyRankOk(bool ok, const std::string& ctx) {
     if (agree(ok, 0).allOk) return true;
@@ -1087,6 +1089,86 @@ TEST_F(Collectives, SendRecvGroups) {
     }
   }
   EXPECT_EQ(failures_, 0u);
+}
+
+// A send that reads what a receive earlier in the same group writes runs after it (p2p_phases.hpp): the
+// hypercube allgather nccl-tests runs in its -g mode (log2 n steps, step k sending the 2^k chunks gathered
+// so far, in one group), or a chain (rank k receives rank 0's chunk from k - 1 and forwards the same buffer
+// to k + 1, the last rank to itself into the next chunk, in one group: a split on 2 ranks too). Both
+// algorithms; sizes on LL packets and on the stream engine.
+void Collectives::dependentStepsInOneGroup(bool hypercube) {
+  const int n = worldSize(), me = rank();
+  const DataType t = DataType::F32;
+  const uint64_t es = 4, maxCount = 70000;
+  auto& buf = keep<GuardedBuffer>(n * maxCount * es);
+  Rng rng(testSeed());
+  for (const char* algo : {"sendrecv_ll", "sendrecv_scratch"}) {
+    ScopedAlgorithm forced(cc(), Collective::SendRecv, algo);
+    for (uint64_t count : {1ull, 1023ull, 70000ull}) {
+      const uint64_t seed = rng.next();
+      GenSpec g{t, ValueKind::General, n, seed | 1};
+      const uint8_t P = static_cast<uint8_t>(seed >> 32);
+      const std::string ctx = detail::concat(algo, hypercube ? " hypercube" : " chain", " count ", count);
+      const int chunks = hypercube ? n : me == n - 1 ? 2 : 1;  // written; chunk c at c * count elements
+      bool ok = true;
+      try {
+        buf.poison(stream(), P);
+        if (hypercube || me == 0)
+          fillGenerated(stream(), buf.at((hypercube ? me : 0) * count * es), count, g, me, 0);
+        cc().groupStart();
+        if (hypercube) {
+          for (int mask = 1; mask < n; mask <<= 1) {
+            const int s = me & ~(mask - 1), r = s ^ mask;
+            cc().send(buf.at(s * count * es), count * mask, t, me ^ mask, stream());
+            cc().recv(buf.at(r * count * es), count * mask, t, me ^ mask, stream());
+          }
+        } else {
+          if (me > 0) cc().recv(buf.at(0), count, t, me - 1, stream());
+          if (me + 1 < n) cc().send(buf.at(0), count, t, me + 1, stream());
+          if (me == n - 1) {
+            cc().send(buf.at(0), count, t, me, stream());
+            cc().recv(buf.at(count * es), count, t, me, stream());
+          }
+        }
+        cc().groupEnd();
+        MESHCOMM_TEST_CHECK_LAUNCH();
+        std::vector<uint32_t> host(chunks * count);
+        MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
+        MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), buf.at(0), host.size() * es, cudaMemcpyDeviceToHost));
+        uint64_t bad = 0;
+        std::string first;
+        for (int c = 0; c < chunks; ++c) {
+          for (uint64_t i = 0; i < count; ++i) {
+            const uint32_t want = static_cast<uint32_t>(genBits(g, hypercube ? c : 0, i));
+            const uint32_t got = host[c * count + i];
+            if (got != want && bad++ == 0)
+              first = detail::concat("chunk of rank ", hypercube ? c : 0, " element ", i, ": got 0x",
+                                     std::hex, got, ", expected 0x", want);
+          }
+        }
+        failIfWrong(ctx, buf, chunks * count * es, P, bad, first, "elements");
+      } catch (const std::exception& e) {
+        fail(ctx, e.what());
+        ok = false;
+      }
+      if (!everyRankOk(ok, ctx)) {
+        EXPECT_EQ(failures_, 0u);
+        return;
+      }
+    }
+  }
+  EXPECT_EQ(failures_, 0u);
+}
+
+TEST_F(Collectives, SendRecvDependentChainInOneGroup) {
+  dependentStepsInOneGroup(false);
+}
+
+TEST_F(Collectives, SendRecvDependentHypercubeInOneGroup) {
+  const int n = worldSize();
+  if ((n & (n - 1)) != 0)
+    GTEST_SKIP() << "the hypercube needs a power-of-two world; this one has " << n << " ranks";
+  dependentStepsInOneGroup(true);
 }
 
 // Several operations per peer with odd byte sizes and unaligned buffers (operation boundaries cut LL
