@@ -9,8 +9,8 @@
 
 #include "base/logging.hpp"
 #include "collectives/default_table.hpp"
-#include "collectives/selection_plan.hpp"
 #include "collectives/p2p_phases.hpp"
+#include "collectives/selection_plan.hpp"
 #include "collectives/validation.hpp"
 #include "meshcomm/buffer_registry.hpp"
 #include "meshcomm/builtin_algorithms.hpp"
@@ -256,13 +256,14 @@ void Comm::Impl::flushGroup() {
   args.collective = Collective::SendRecv;
   args.dtype = DataType::U8;
   args.stream = groupStream;
-  const std::vector<size_t> starts = p2pPhaseStarts(groupOps.data(), groupOps.size(), topo().nRanks);
+  const std::vector<size_t> boundaries = p2pPhaseBoundaries(groupOps.data(), groupOps.size(), topo().nRanks);
   try {
-    for (size_t i = 0; i < starts.size(); ++i) {
-      const size_t end = i + 1 < starts.size() ? starts[i + 1] : groupOps.size();
-      args.p2pOps = groupOps.data() + starts[i];
-      args.numP2POps = end - starts[i];
+    for (size_t i = 0, begin = 0; i <= boundaries.size(); ++i) {
+      const size_t end = i < boundaries.size() ? boundaries[i] : groupOps.size();
+      args.p2pOps = groupOps.data() + begin;
+      args.numP2POps = end - begin;
       launchSelected("sendrecv", args, nullptr);
+      begin = end;
     }
   } catch (...) {
     groupOps.clear();

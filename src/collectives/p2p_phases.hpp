@@ -20,8 +20,9 @@
 
 namespace meshcomm {
 
-// The index of each phase's first operation in `ops` (counts in bytes, call order; starts with 0; one
-// entry when the group runs as one launch). Peers must lie in [0, nRanks).
-std::vector<size_t> p2pPhaseStarts(const P2POp* ops, size_t count, int nRanks);
+// Where the phases after the first begin: the index in `ops` (counts in bytes, call order) of each later
+// phase's first operation; empty when the group runs as one launch (no allocation then: a group whose
+// sends and receives lie in disjoint address spans is decided in one pass). Peers must lie in [0, nRanks).
+std::vector<size_t> p2pPhaseBoundaries(const P2POp* ops, size_t count, int nRanks);
 
 }  // namespace meshcomm

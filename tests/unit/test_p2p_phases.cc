@@ -20,8 +20,11 @@ P2POp send(int peer, size_t chunk, size_t chunks) {
 P2POp recv(int peer, size_t chunk, size_t chunks) {
   return P2POp{P2POp::Recv, peer, at(chunk), chunks * kChunk};
 }
+// The first operation of every phase (0 first), from p2pPhaseBoundaries.
 std::vector<size_t> starts(const std::vector<P2POp>& ops, int nRanks) {
-  return p2pPhaseStarts(ops.data(), ops.size(), nRanks);
+  std::vector<size_t> s{0};
+  for (size_t b : p2pPhaseBoundaries(ops.data(), ops.size(), nRanks)) s.push_back(b);
+  return s;
 }
 
 // nccl-tests' hypercube as one group (its -g mode): step k sends the 2^k chunks gathered so far to
