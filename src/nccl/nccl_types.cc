@@ -222,6 +222,10 @@ constexpr LaunchCost kLaunchCosts[] = {
     {"gather_scratch", Collective::Gather, 4.8, 385, true},
     {"scatter_ll", Collective::Scatter, 3.5, 400, false},
     {"scatter_scratch", Collective::Scatter, 5.8, 350, true},
+    // gather_stream / scatter_stream: the sizes the 4-rank table gives them (gather 1-4 MiB: 5.84, 11.94 us;
+    // scatter 1-64 KiB: 3.31-3.55 us, no bandwidth resolved), bench/results/2026-11-22-session19.md, run 92.
+    {"gather_stream", Collective::Gather, 3.8, 387, false},
+    {"scatter_stream", Collective::Scatter, 3.4, 400, false},
     {"alltoallv_ll", Collective::AllToAllv, 5.9, 241, true},
     {"sendrecv_ll", Collective::SendRecv, 5.2, 312, true},
 };

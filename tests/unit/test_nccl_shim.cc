@@ -159,6 +159,8 @@ TEST(NcclShimTypes, LaunchEstimatesFollowTheMeasuredModel) {
                       {Collective::Reduce, "reduce_direct", 262144, 6.90},
                       {Collective::Gather, "gather_scratch", 1073741824, 2171.19},
                       {Collective::Scatter, "scatter_ll", 262144, 4.38},
+                      {Collective::Gather, "gather_stream", 4194304, 11.94},
+                      {Collective::Scatter, "scatter_stream", 16384, 3.55},
                       {Collective::SendRecv, "sendrecv_ll", 268435456, 770.37}};
   for (const Row& r : rows) {
     const double us = estimateLaunchMicroseconds(r.c, r.algorithm, r.bytes, 4);
