@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <thread>
@@ -256,15 +257,20 @@ class Collectives : public GpuTest {
   // `body` is a failure under `ctx`; every rank agrees, then a fresh Comm for the next case (and test).
   template <class Body>
   void runFatalCase(const std::string& ctx, Body&& body) {
-    bool ok = true;
+    agree(tryCase(ctx, body), 0);
+    rebuildComm();
+  }
+  // Runs one case on this rank: an exception of `body` is a failure under `ctx`. Returns whether it ran
+  // through (a loop passes that to everyRankOk).
+  template <class Body>
+  bool tryCase(const std::string& ctx, Body&& body) {
     try {
       body();
+      return true;
     } catch (const std::exception& e) {
       fail(ctx, e.what());
-      ok = false;
+      return false;
     }
-    agree(ok, 0);
-    rebuildComm();
   }
 
   // Reports the first few failures of a loop as gtest failures; counts the rest.
@@ -1032,8 +1038,7 @@ TEST_F(Collectives, SendRecvGroups) {
           const uint8_t P = static_cast<uint8_t>(seed >> 32);
           const std::string ctx =
               detail::concat(algo, " ", names[pattern], " maxCount ", maxCount, " rep ", rep);
-          bool ok = true;
-          try {
+          const bool ok = tryCase(ctx, [&] {
             send.poison(stream(), static_cast<uint8_t>(~P));
             recv.poison(stream(), P);
             for (auto [kind, peer] : ops)
@@ -1076,10 +1081,7 @@ TEST_F(Collectives, SendRecvGroups) {
               }
             }
             failIfWrong(ctx, recv, n * slot * es, P, bad, first, "elements");
-          } catch (const std::exception& e) {
-            fail(ctx, e.what());
-            ok = false;
-          }
+          });
           if (!everyRankOk(ok, ctx)) {
             EXPECT_EQ(failures_, 0u);
             return;
@@ -1110,8 +1112,7 @@ void Collectives::dependentStepsInOneGroup(bool hypercube) {
       const uint8_t P = static_cast<uint8_t>(seed >> 32);
       const std::string ctx = detail::concat(algo, hypercube ? " hypercube" : " chain", " count ", count);
       const int chunks = hypercube ? n : me == n - 1 ? 2 : 1;  // written; chunk c at c * count elements
-      bool ok = true;
-      try {
+      const bool ok = tryCase(ctx, [&] {
         buf.poison(stream(), P);
         if (hypercube || me == 0)
           fillGenerated(stream(), buf.at((hypercube ? me : 0) * count * es), count, g, me, 0);
@@ -1135,22 +1136,18 @@ void Collectives::dependentStepsInOneGroup(bool hypercube) {
         std::vector<uint32_t> host(chunks * count);
         MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
         MESHCOMM_CUDA_CHECK(cudaMemcpy(host.data(), buf.at(0), host.size() * es, cudaMemcpyDeviceToHost));
-        uint64_t bad = 0;
-        std::string first;
-        for (int c = 0; c < chunks; ++c) {
-          for (uint64_t i = 0; i < count; ++i) {
-            const uint32_t want = static_cast<uint32_t>(genBits(g, hypercube ? c : 0, i));
-            const uint32_t got = host[c * count + i];
-            if (got != want && bad++ == 0)
-              first = detail::concat("chunk of rank ", hypercube ? c : 0, " element ", i, ": got 0x",
-                                     std::hex, got, ", expected 0x", want);
-          }
-        }
+        std::vector<uint32_t> want(host.size());  // chunk c: rank c's input (the chain: rank 0's)
+        for (size_t k = 0; k < want.size(); ++k)
+          want[k] = static_cast<uint32_t>(genBits(g, hypercube ? static_cast<int>(k / count) : 0, k % count));
+        const uint64_t bad = std::inner_product(host.begin(), host.end(), want.begin(), uint64_t{0},
+                                                std::plus<>(), std::not_equal_to<>());
+        const size_t k = std::mismatch(host.begin(), host.end(), want.begin()).first - host.begin();
+        const std::string first =
+            k == host.size() ? std::string()
+                             : detail::concat("chunk ", k / count, " element ", k % count, ": got 0x",
+                                              std::hex, host[k], ", expected 0x", want[k]);
         failIfWrong(ctx, buf, chunks * count * es, P, bad, first, "elements");
-      } catch (const std::exception& e) {
-        fail(ctx, e.what());
-        ok = false;
-      }
+      });
       if (!everyRankOk(ok, ctx)) {
         EXPECT_EQ(failures_, 0u);
         return;
