@@ -273,10 +273,12 @@ class LLStreamAlgorithm : public EngineAlgorithm {
     return true;
   }
 
-  // Every kernel of a call, in stream order: the LL kernel(s) and/or the pipeline.
+  // Every kernel of a call whose pairs carry `bytes` (pairBytes of the plan's source), in stream order: the
+  // LL kernel(s) and/or the pipeline.
   template <class Plan>
   void launchCall(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
-                  const StreamCall& call, const Plan& plan) {
+                  const PairBytes& bytes, const Plan& plan) {
+    const StreamCall call = planCall(resources, config, bytes);
     if (call.launches.before) launchLL(resources, call, call.launches.before, plan, args.stream);
     if (call.launches.engine)
       launchEngine(resources, args, config,
@@ -302,11 +304,9 @@ class SendRecvLL : public LLStreamAlgorithm {
     // pairs through the LL exchange kernel.
     StridedGroup g;
     if (!stridedGroup(plan, v.rank, v.nRanks, g)) {
-      launchCall(resources, args, config, planCall(resources, config, pairBytes(plan, v.rank, v.nRanks)),
-                 plan);
+      launchCall(resources, args, config, pairBytes(plan, v.rank, v.nRanks), plan);
     } else if (!launchEvenExchange(resources, config, g, args.stream)) {
-      launchCall(resources, args, config, planCall(resources, config, pairBytes(g, v.rank, v.nRanks)),
-                 StridedPlan(g));
+      launchCall(resources, args, config, pairBytes(g, v.rank, v.nRanks), StridedPlan(g));
     }
   }
 };
@@ -338,8 +338,7 @@ class AllToAllvLL : public LLStreamAlgorithm {
     plan.input = const_cast<char*>(static_cast<const char*>(args.input));
     plan.output = static_cast<char*>(args.output);
     plan.counts = makeHostCounts(args, v.rank, v.nRanks);
-    launchCall(resources, args, config, planCall(resources, config, pairBytes(plan.counts, v.rank, v.nRanks)),
-               plan);
+    launchCall(resources, args, config, pairBytes(plan.counts, v.rank, v.nRanks), plan);
   }
 };
 
@@ -358,8 +357,7 @@ class RootedStream : public LLStreamAlgorithm {
     if (bytes == 0) return;  // equal on every rank
     const StridedGroup g =
         rootedGroup(direction_, v.rank, v.nRanks, args.root, args.input, args.output, bytes);
-    launchCall(resources, args, config, planCall(resources, config, pairBytes(g, v.rank, v.nRanks)),
-               StridedPlan(g));
+    launchCall(resources, args, config, pairBytes(g, v.rank, v.nRanks), StridedPlan(g));
   }
 
  private:
