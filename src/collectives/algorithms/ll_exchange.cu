@@ -9,14 +9,19 @@ namespace {
 constexpr uint32_t kWarpThreads = 32;
 
 // kStreamHeader: block c == 0 also writes the pair's header {bytes, signature of one operation of `bytes`}
-// (writeHeader; its packets precede the payload's in the slot), and its last thread reads the peer's and
-// reports a mismatch while the other threads wait for their packets. On a mismatch in which the peer sends
-// fewer packets than this rank expects, the waits for the missing ones end at the abort flag the report
-// raises (nothing is written for them). Memory order as the LL exchange: LL packets only; epoch words after
-// __syncthreads() once the block's packet reads are done, read by the next launch.
-// The local chunk's copy (out of place) is spread over every block. A block's warps that have no packet to
-// receive copy its share after the barrier, while the others wait for packets, so the copy's loads do not
-// delay the receive; a block in which every warp receives copies between its puts and the barrier.
+// (writeHeader; its packets precede the payload's in the slot, thread 0 writes them after its payload
+// packets), and one thread reads the peer's and reports a mismatch while the others wait for their packets:
+// lane 0 of the block's last warp, kept for it when the block has a warp to spare (headerWarp), else the
+// last thread before its own packets. On a mismatch in which the peer sends fewer packets than this rank
+// expects, the waits for the missing ones end at the abort flag the report raises (nothing is written for
+// them). Memory order as the LL exchange: LL packets only; epoch words after __syncthreads() once the
+// block's packet reads are done, read by the next launch.
+// The local chunk's copy (out of place) is spread over every block. A block's warps that neither receive a
+// packet nor read the header copy its share after the barrier, while the others wait, so the copy's loads
+// delay neither; a block without such a warp copies between its puts and the barrier.
+// (Session 20, 2x H200, nccl-tests alltoall 1-256 KiB: the header written first and read by a thread of a
+// copying warp cost 0.08-0.20 us a call against no header; written last and read by a warp of its own,
+// 0.02-0.12.)
 template <bool kStreamHeader>
 __global__ void __launch_bounds__(kLLThreads)
     llExchangeKernel(CommDeviceView v, PacketRegion r, PairEpochs ep, int blocksPerPeer, const char* input,
@@ -29,9 +34,6 @@ __global__ void __launch_bounds__(kLLThreads)
     // This block's packets of the pair: packets [pk0, pk1) = payload bytes [off, off + len).
     epoch = ep.load(role.peer, role.c);
     char* out = r.outbox(v, role.peer, epoch & 1);
-    if constexpr (kStreamHeader) {
-      if (role.c == 0 && threadIdx.x == 0) writeHeader(out, bytes, mixSize(kSigSeed, bytes), llFlag(epoch));
-    }
     const uint64_t nPackets = divUp(bytes, LL16Packet::kPayloadBytes);
     const uint64_t per = divUp(nPackets, static_cast<uint64_t>(blocksPerPeer));
     pk0 = per * static_cast<uint64_t>(role.c);
@@ -44,20 +46,25 @@ __global__ void __launch_bounds__(kLLThreads)
       device::putPackets(dst, input + static_cast<uint64_t>(role.peer) * srcStride + off, len, llFlag(epoch),
                          threadIdx.x, blockDim.x);
     }
+    if constexpr (kStreamHeader) {
+      if (role.c == 0 && threadIdx.x == 0) writeHeader(out, bytes, mixSize(kSigSeed, bytes), llFlag(epoch));
+    }
   }
   // Local chunk (skipped in place): this block's share, copied now by every thread, or after the barrier by
-  // the warps past the `receivers` threads that wait for packets (copyLate, block-uniform).
+  // the warps in [receivers, copyEnd) (copyLate); all three block-uniform.
   char* selfOut = output + static_cast<uint64_t>(v.rank) * dstStride;
   const char* selfIn = input + static_cast<uint64_t>(v.rank) * srcStride;
   const uint32_t receivers =
       static_cast<uint32_t>(divUp(blockPackets, uint64_t{kWarpThreads}) * kWarpThreads);
-  const bool copyLate = role.peer >= 0 && receivers + kWarpThreads <= blockDim.x;
+  const bool headerWarp = kStreamHeader && role.c == 0 && receivers + kWarpThreads <= blockDim.x;
+  const uint32_t copyEnd = headerWarp ? blockDim.x - kWarpThreads : blockDim.x;
+  const bool copyLate = role.peer >= 0 && receivers + kWarpThreads <= copyEnd;
   if (!copyLate) copyShare(selfOut, selfIn, selfBytes, blockIdx.x, gridDim.x, threadIdx.x, blockDim.x);
   if (role.peer < 0) return;
   __syncthreads();  // in place: this block's input share is read before its output share is written
   const char* in = r.inbox(v, role.peer, epoch & 1);
   if constexpr (kStreamHeader) {
-    if (role.c == 0 && threadIdx.x == blockDim.x - 1) {
+    if (role.c == 0 && threadIdx.x == (headerWarp ? copyEnd : blockDim.x - 1)) {
       const SpinContext& ctx = device::channelRef(v, role.peer, 0).semaphore.spin;
       uint64_t peerBytes = 0, peerSig = 0;
       if (readHeader(in, llFlag(epoch), ctx, peerBytes, peerSig) &&
@@ -65,14 +72,16 @@ __global__ void __launch_bounds__(kLLThreads)
         reportMismatch(ctx, role.peer, bytes, peerBytes);
     }
   }
-  if (copyLate && threadIdx.x >= receivers) {
+  if (threadIdx.x >= copyEnd) {
+    // the header warp (its lane 0 read the header above)
+  } else if (copyLate && threadIdx.x >= receivers) {
     copyShare(selfOut, selfIn, selfBytes, blockIdx.x, gridDim.x, threadIdx.x - receivers,
-              blockDim.x - receivers);
+              copyEnd - receivers);
   } else if (len) {
     const auto* src = reinterpret_cast<const LL16Packet*>(in) + kHead + pk0;
     // A false return (timeout / abort) is recorded by getPackets; the block just finishes.
     device::getPackets(output + static_cast<uint64_t>(role.peer) * dstStride + off, src, len, llFlag(epoch),
-                       threadIdx.x, copyLate ? receivers : blockDim.x,
+                       threadIdx.x, copyLate ? receivers : copyEnd,
                        device::channelRef(v, role.peer, 0).semaphore.spin);
   }
   __syncthreads();  // every packet read of this block is done before the epoch moves on
