@@ -4,7 +4,8 @@
 //   meshcomm-run -n N -- meshcomm-bench [-o allreduce|allgather|reduce_scatter|alltoall|broadcast|reduce|
 //        gather|scatter|alltoallv|sendrecv|all|OP,OP,...] [-b 8] [-e 1G] [-f 2] [-d bfloat16] [-r sum] [-n
 //        20]
-//        [-w 5] [-G] [--graph-max 16M] [-c 1] [--compare nccl] [--json FILE] [--algo NAME] [-v]
+//        [-w 5] [-G] [--graph-max 16M] [--graph-launches 1] [-c 1] [--compare nccl] [--json FILE]
+//        [--algo NAME] [-v]
 //
 // Definitions (nccl-tests, shared/reference/perf_anchors.md sections 7-8):
 // * size S (bytes, the "size" column): allreduce/broadcast/reduce/sendrecv: the buffer of one rank;
@@ -15,8 +16,10 @@
 //   reduce_scatter, alltoall, alltoallv, gather, scatter (n-1)/n; broadcast, reduce, sendrecv 1.
 // * time: per size, warm-up iterations (-w, untimed), a bootstrap barrier, then -n iterations launched back
 //   to back without host synchronisation (eager), or the same -n iterations captured once into a CUDA graph
-//   whose one untimed launch precedes the timed launches (-G, or sizes <= --graph-max); host steady clock
-//   from the first launch to the stream's completion, divided by -n; this is repeated 9 times (graph timing
+//   whose one untimed launch precedes the timed launches (-G, or sizes <= --graph-max; --graph-launches L:
+//   that graph launched L times back to back, as nccl-tests -G L, so the ranks' skew leaving the barrier is
+//   spread over L times the calls); host steady clock from the first launch to the stream's completion,
+//   divided by the iterations (-n, times L with a graph); this is repeated 9 times (graph timing
 //   or sizes <= 16 MiB; 5 times for larger eager rows), each after a host barrier, and the median kept: a
 //   host stall of ~1 ms (seen on the 4x H200 host in both libraries' timings, up to 3 consecutive repeats of
 //   a ~0.1 ms timing; -v prints them) then cannot decide a row. The printed time is the AVERAGE over ranks of
@@ -161,6 +164,7 @@ struct Options {
   int iters = 20, warmup = 5;
   bool graph = false;
   uint64_t graphMax = 0;  // graph timing for sizes <= graphMax (0: -G decides for every size)
+  int graphLaunches = 1;  // --graph-launches: launches of the graph per timed repeat
   int check = 1;
   bool compareNccl = false;
   std::string json, algo;
@@ -189,6 +193,8 @@ void usage() {
       "  -w ITERS         warm-up iterations per size (default 5)\n"
       "  -G               CUDA-graph timing for every size (capture -n iterations once, replay)\n"
       "  --graph-max SIZE graph timing up to SIZE, eager above (implies graph timing for small sizes)\n"
+      "  --graph-launches L  launch the graph L times back to back per timed repeat (nccl-tests -G L;\n"
+      "                   default 1): the ranks' skew leaving the barrier weighs 1/L as much per call\n"
       "  -c 0|1           check results (#wrong columns; default 1)\n"
       "  --root R         root of broadcast/reduce/gather/scatter (default 0)\n"
       "  --compare nccl   also time NCCL (out-of-place) on the same buffers; adds nccl_us and ratio =\n"
@@ -272,6 +278,8 @@ Options parseArgs(int argc, char** argv) {
     } else if (a == "--graph-max") {
       o.graphMax = parseBytes(value());
       graphMaxSet = true;
+    } else if (a == "--graph-launches") {
+      o.graphLaunches = std::atoi(value().c_str());
     } else if (a == "-c") {
       o.check = std::atoi(value().c_str());
     } else if (a == "--root") {
@@ -297,6 +305,7 @@ Options parseArgs(int argc, char** argv) {
     }
   }
   if (o.iters < 1 || o.warmup < 0) MESHCOMM_THROW(ErrorCode::InvalidUsage, "-n must be >= 1, -w >= 0");
+  if (o.graphLaunches < 1) MESHCOMM_THROW(ErrorCode::InvalidUsage, "--graph-launches must be >= 1");
   if (!(o.factor > 1)) MESHCOMM_THROW(ErrorCode::InvalidUsage, "-f must be > 1");
   if (o.minBytes > o.maxBytes) MESHCOMM_THROW(ErrorCode::InvalidUsage, "-b must not exceed -e");
   if (o.graph && !graphMaxSet) o.graphMax = ~0ull;
@@ -905,11 +914,13 @@ class Bench {
     // Timed repeats, each aligned by a host barrier; the median resists one-off stalls (a single timed
     // launch let one hiccup of either library decide a whole row).
     std::vector<double> repeats;
+    const int launches = graph ? o_.graphLaunches : 1;
     const double us = tools::medianTimedUs(
-        tools::timedRepeats(bytes, graph), o_.iters, [&] { comm_.communicator().bootstrap().barrier(); },
+        tools::timedRepeats(bytes, graph), o_.iters * launches,
+        [&] { comm_.communicator().bootstrap().barrier(); },
         [&] {
           if (graph) {
-            MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+            for (int l = 0; l < launches; ++l) MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
           } else {
             for (int k = 0; k < o_.iters; ++k) launch(k);
           }
@@ -1057,11 +1068,13 @@ class Bench {
   }
 
   void printHeader() const {
-    std::printf("# meshcomm-bench: %d ranks, type %s, redop %s, iters %d, warmup %d, timing %s, check %d%s\n",
-                n_, dataTypeName(o_.dtype), reduceOpName(o_.redop), o_.iters, o_.warmup,
-                o_.graphMax == 0 ? "eager"
-                                 : (o_.graphMax == ~0ull ? "graph" : "graph up to --graph-max, eager above"),
-                o_.check, o_.algo.empty() ? "" : (", algorithm " + o_.algo).c_str());
+    std::printf(
+        "# meshcomm-bench: %d ranks, type %s, redop %s, iters %d, warmup %d, timing %s, graph launches %d, "
+        "check %d%s\n",
+        n_, dataTypeName(o_.dtype), reduceOpName(o_.redop), o_.iters, o_.warmup,
+        o_.graphMax == 0 ? "eager"
+                         : (o_.graphMax == ~0ull ? "graph" : "graph up to --graph-max, eager above"),
+        o_.graphLaunches, o_.check, o_.algo.empty() ? "" : (", algorithm " + o_.algo).c_str());
     std::printf(
         "# time = average over ranks (nccl-tests -a 1); ratio = nccl_us / meshcomm out-of-place us\n#\n");
     std::printf("# %-14s %12s %12s %8s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s%s\n", "op", "size",
@@ -1114,6 +1127,7 @@ class Bench {
     auto num = [](double v) { return std::isnan(v) ? std::string("null") : detail::concat(v); };
     f << "{\n  \"tool\": \"meshcomm-bench\",\n  \"device\": \"" << prop.name << "\",\n  \"nranks\": " << n_
       << ",\n  \"iters\": " << o_.iters << ",\n  \"warmup\": " << o_.warmup
+      << ",\n  \"graph_launches\": " << o_.graphLaunches
       << ",\n  \"time\": \"average over ranks\",\n  \"nccl_version\": "
       << (o_.compareNccl ? "\"" + nccl_.versionString() + "\"" : std::string("null")) << ",\n  \"rows\": [\n";
     for (size_t i = 0; i < rows_.size(); ++i) {
