@@ -929,8 +929,7 @@ TEST_F(Collectives, AllToAllvRandomSplitsHostAndDeviceCounts) {
     const uint8_t poison = static_cast<uint8_t>(seed >> 40);
     const std::string ctx = detail::concat("alltoallv iteration ", it, " ", dataTypeName(t), " ", modes[mode],
                                            " (", sp.describe(), ")");
-    bool ok = true;
-    try {
+    const bool ok = tryCase(ctx, [&] {
       std::unique_ptr<ScopedAlgorithm> forced;
       if (mode == 2)
         forced = std::make_unique<ScopedAlgorithm>(cc(), Collective::AllToAllv, "alltoallv_scratch");
@@ -942,10 +941,7 @@ TEST_F(Collectives, AllToAllvRandomSplitsHostAndDeviceCounts) {
       MESHCOMM_TEST_CHECK_LAUNCH();
       const std::string err = runners[ti]->check(stream(), sp, g, me, poison, counters_);
       if (!err.empty()) fail(ctx, err);
-    } catch (const std::exception& e) {
-      fail(ctx, e.what());
-      ok = false;
-    }
+    });
     if (!everyRankOk(ok, ctx)) break;
   }
   EXPECT_EQ(failures_, 0u);
@@ -1218,8 +1214,7 @@ TEST_F(Collectives, SendRecvManyOpsPerPeerOddSizes) {
         return at;
       };
       const std::string ctx = detail::concat(algo, " many ops, group ", it, big ? " (large pairs)" : "");
-      bool ok = true;
-      try {
+      const bool ok = tryCase(ctx, [&] {
         send.poison(stream(), static_cast<uint8_t>(~P));
         recv.poison(stream(), P);
         // (kind, peer, op index) in a rank-local random order that keeps each (kind, peer) in order.
@@ -1290,10 +1285,7 @@ TEST_F(Collectives, SendRecvManyOpsPerPeerOddSizes) {
                                    int{host[b]}, ", expected ", int{want[b]});
         }
         failIfWrong(ctx, recv, n * region, P, bad, first, "bytes");
-      } catch (const std::exception& e) {
-        fail(ctx, e.what());
-        ok = false;
-      }
+      });
       if (!everyRankOk(ok, ctx)) {
         EXPECT_EQ(failures_, 0u);
         return;
@@ -1718,15 +1710,11 @@ TEST_F(Collectives, GraphCaptureReplayWithFreshInputs) {
     const Iter it = makeIter(rng.next());
     const std::string ctx = detail::concat("replay ", r);
     uint64_t h = 0;
-    ok = true;
-    try {
+    ok = tryCase(ctx, [&] {
       prepare(it);
       MESHCOMM_CUDA_CHECK(cudaGraphLaunch(exec, s));
       h = check(it, ctx);
-    } catch (const std::exception& e) {
-      fail(ctx, e.what());
-      ok = false;
-    }
+    });
     const Agreement a = agree(ok, h);
     if (!a.sameHash) fail(ctx, "allreduce outputs differ between ranks (hash)");
     if (!a.allOk) {
@@ -1773,15 +1761,13 @@ TEST_F(Collectives, Soak10kCallsMemoryFlat) {
       const bool device = kind == 7;
       GenSpec g{DataType::F32, ValueKind::General, n, seed | 1};
       const uint8_t P = static_cast<uint8_t>(seed >> 8);
-      try {
+      const std::string ctx = detail::concat("soak call ", k, " alltoallv");
+      ok = tryCase(ctx, [&] {
         a2av.prepare(stream(), sp, g, me, P);
         a2av.call(cc(), stream(), DataType::F32, device);
         const std::string err = a2av.check(stream(), sp, g, me, P, counters_);
-        if (!err.empty()) fail(detail::concat("soak call ", k, " alltoallv"), err);
-      } catch (const std::exception& e) {
-        fail(detail::concat("soak call ", k, " alltoallv"), e.what());
-        ok = false;
-      }
+        if (!err.empty()) fail(ctx, err);
+      });
     } else {
       Case c;
       c.coll = colls[kind];

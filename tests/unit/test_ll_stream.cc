@@ -97,10 +97,11 @@ TEST(SendRecvPlan, CountsScaleByDtypeAndLimitsAreChecked) {
   args = groupArgs(ops);
   EXPECT_THROW(makeSendRecvPlan(args, 0, 2), Error);
   EXPECT_THROW(makeSendRecvPlan(args, 0, kMaxP2PRanks + 1), Error);
-  EXPECT_EQ(sendRecvLimitsReason(args, 8), "");
-  EXPECT_NE(sendRecvLimitsReason(args, kMaxP2PRanks + 1), "");
+  EXPECT_EQ(sendRecvReason("", args, 8), "");
+  EXPECT_EQ(sendRecvReason("no engine", args, 8), "no engine");  // the engine's reason comes first
+  EXPECT_NE(sendRecvReason("", args, kMaxP2PRanks + 1), "");
   std::vector<P2POp> many(kMaxP2PSegs + 1, P2POp{P2POp::Send, 1, fakePtr(0x10), 1});
-  EXPECT_NE(sendRecvLimitsReason(groupArgs(many), 2), "");
+  EXPECT_NE(sendRecvReason("", groupArgs(many), 2), "");
 }
 
 TEST(HostCounts, BytesFromElements) {

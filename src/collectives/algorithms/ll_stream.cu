@@ -194,9 +194,7 @@ class LLStreamAlgorithm : public EngineAlgorithm {
   // topology and on limits that are an error on any rank (as sendrecv_scratch); a collective's group has no
   // P2P operations to count, so only the rank limit of the pair masks applies to it.
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
-    std::string r = engineReason(topo);
-    if (!r.empty()) return r;
-    return sendRecvLimitsReason(args, topo.nRanks);
+    return sendRecvReason(engineReason(topo), args, topo.nRanks);
   }
 
   void initialize(CommResources& resources) override {

@@ -83,8 +83,10 @@ struct SendRecvPlan : PlanBase {
 #endif
 };
 
-// Why a SendRecv group cannot run on n ranks (limits of the by-value plan), or "".
-inline std::string sendRecvLimitsReason(const CollectiveArgs& args, int nRanks) {
+// Why a SendRecv group cannot run on n ranks: the engine's reason `engine` (topology, buffers) if any, else
+// the limits of the by-value plan; "" when it can.
+inline std::string sendRecvReason(std::string engine, const CollectiveArgs& args, int nRanks) {
+  if (!engine.empty()) return engine;
   if (nRanks > kMaxP2PRanks) return detail::concat("at most ", kMaxP2PRanks, " ranks");
   if (args.numP2POps > static_cast<size_t>(kMaxP2PSegs)) {
     return detail::concat(args.numP2POps, " operations in one group (at most ", kMaxP2PSegs, ")");

@@ -21,9 +21,7 @@ class SendRecvScratch : public EngineAlgorithm {
  public:
   SendRecvScratch() : EngineAlgorithm("sendrecv_scratch", Collective::SendRecv, /*needsHeader=*/true) {}
   std::string unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const override {
-    std::string r = engineReason(topo);
-    if (!r.empty()) return r;
-    return sendRecvLimitsReason(args, topo.nRanks);
+    return sendRecvReason(engineReason(topo), args, topo.nRanks);
   }
   void launch(CommResources& resources, const CollectiveArgs& args, const LaunchConfig& config,
               void*) override {
