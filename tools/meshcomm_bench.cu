@@ -138,6 +138,12 @@ bool isRooted(Op op) {
 bool hasInPlace(Op op) {
   return op != Op::AllToAll && op != Op::AllToAllv && op != Op::SendRecv;
 }
+// Ops nccl-tests posts as one group of sends and receives (NCCL has no collective for them but sendrecv's
+// own group); --as-group posts meshcomm's the same way.
+bool postedAsGroup(Op op) {
+  return op == Op::AllToAll || op == Op::AllToAllv || op == Op::Gather || op == Op::Scatter ||
+         op == Op::SendRecv;
+}
 double busFactor(Op op, int n) {
   switch (op) {
     case Op::AllReduce:
@@ -170,6 +176,7 @@ struct Options {
   std::string json, algo;
   int root = 0;
   bool registerBuffers = false;  // --register: Comm::registerBuffer on the buffer pools (zero-copy paths)
+  bool asGroup = false;          // --as-group: alltoall(v), gather, scatter as nccl-tests' group of send/recv
   bool verbose = false;          // -v: every rank's timed repeats of every timing (rank 0 prints)
 };
 
@@ -205,6 +212,9 @@ void usage() {
       "  --algo NAME      run NAME (Comm::run) instead of the selector's choice\n"
       "  --register       register the send/recv pools with Comm::registerBuffer (zero-copy algorithms such\n"
       "                   as allreduce_zerocopy run on them; NCCL still runs unregistered)\n"
+      "  --as-group       post alltoall, alltoallv, gather and scatter as nccl-tests does, one group of\n"
+      "                   Comm::send/recv per call, instead of the collective (algo: the group's sendrecv\n"
+      "                   algorithm); other ops are unchanged. Not with --algo\n"
       "  -v               also print every rank's timed repeats (us per iteration) of every timing, in the\n"
       "                   order taken (meshcomm out-of-place, in-place, NCCL)\n"
       "Time = average over ranks (nccl-tests -a 1) of host time from the first launch to stream completion "
@@ -294,6 +304,8 @@ Options parseArgs(int argc, char** argv) {
       o.algo = value();
     } else if (a == "--register") {
       o.registerBuffers = true;
+    } else if (a == "--as-group") {
+      o.asGroup = true;
     } else if (a == "-v") {
       o.verbose = true;
     } else if (a == "-h" || a == "--help") {
@@ -306,6 +318,8 @@ Options parseArgs(int argc, char** argv) {
   }
   if (o.iters < 1 || o.warmup < 0) MESHCOMM_THROW(ErrorCode::InvalidUsage, "-n must be >= 1, -w >= 0");
   if (o.graphLaunches < 1) MESHCOMM_THROW(ErrorCode::InvalidUsage, "--graph-launches must be >= 1");
+  if (o.asGroup && !o.algo.empty())
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "--as-group and --algo exclude each other");
   if (!(o.factor > 1)) MESHCOMM_THROW(ErrorCode::InvalidUsage, "-f must be > 1");
   if (o.minBytes > o.maxBytes) MESHCOMM_THROW(ErrorCode::InvalidUsage, "-b must not exceed -e");
   if (o.graph && !graphMaxSet) o.graphMax = ~0ull;
@@ -719,16 +733,48 @@ class Bench {
         a.count = 0;
         break;
       case Op::SendRecv:
-        p2p_[0] = P2POp{P2POp::Send, (rank_ + 1) % n_, const_cast<void*>(c.send), S / es_};
-        p2p_[1] = P2POp{P2POp::Recv, (rank_ + n_ - 1) % n_, c.recv, S / es_};
-        a.p2pOps = p2p_;
-        a.numP2POps = 2;
-        a.count = S / es_;
-        break;
+        break;  // below
       default:
         a.count = S / es_;
     }
+    if (op == Op::SendRecv || (o_.asGroup && postedAsGroup(op))) {  // the group groupEnd() selects for
+      p2p_.clear();
+      forEachGroupedOp(op, S, c, [&](bool send, const void* buf, size_t count, int peer) {
+        p2p_.push_back(P2POp{send ? P2POp::Send : P2POp::Recv, peer, const_cast<void*>(buf), count});
+      });
+      a.collective = Collective::SendRecv;
+      a.p2pOps = p2p_.data();
+      a.numP2POps = p2p_.size();
+      a.count = S / es_;
+    }
     return a;
+  }
+
+  // The sends and receives nccl-tests posts in one group for a postedAsGroup op, in its order:
+  // fn(isSend, buffer, count in elements, peer).
+  template <class Fn>
+  void forEachGroupedOp(Op op, uint64_t S, const Call& c, Fn&& fn) const {
+    const char* snd = static_cast<const char*>(c.send);
+    char* rcv = static_cast<char*>(c.recv);
+    const size_t cnt = S / es_, chunk = cnt / n_;
+    for (int p = 0; p < n_; ++p) {
+      if (op == Op::AllToAll) {
+        fn(true, snd + p * chunk * es_, chunk, p);
+        fn(false, rcv + p * chunk * es_, chunk, p);
+      } else if (op == Op::AllToAllv) {
+        fn(true, snd + sd_[p] * es_, sc_[p], p);
+        fn(false, rcv + rd_[p] * es_, rc_[p], p);
+      } else if (op == Op::Gather) {
+        if (p == 0) fn(true, snd, chunk, o_.root);
+        if (rank_ == o_.root) fn(false, rcv + p * chunk * es_, chunk, p);
+      } else if (op == Op::Scatter) {
+        if (rank_ == o_.root) fn(true, snd + p * chunk * es_, chunk, p);
+        if (p == 0) fn(false, rcv, chunk, o_.root);
+      } else if (p == 0) {  // SendRecv: a ring step
+        fn(true, snd, cnt, (rank_ + 1) % n_);
+        fn(false, rcv, cnt, (rank_ + n_ - 1) % n_);
+      }
+    }
   }
 
   ReduceOpSpec reduceSpec() const {
@@ -741,6 +787,17 @@ class Bench {
     const size_t cnt = S / es_;
     if (!o_.algo.empty()) {
       comm_.run(makeArgs(op, S, c, capturing_), o_.algo);
+      return;
+    }
+    if (op == Op::SendRecv || (o_.asGroup && postedAsGroup(op))) {
+      comm_.groupStart();
+      forEachGroupedOp(op, S, c, [&](bool send, const void* buf, size_t count, int peer) {
+        if (send)
+          comm_.send(buf, count, t, peer, stream_);
+        else
+          comm_.recv(const_cast<void*>(buf), count, t, peer, stream_);
+      });
+      comm_.groupEnd();
       return;
     }
     switch (op) {
@@ -772,11 +829,7 @@ class Bench {
         comm_.allToAllv(c.send, sc_.data(), sd_.data(), c.recv, rc_.data(), rd_.data(), t, stream_);
         break;
       case Op::SendRecv:
-        comm_.groupStart();
-        comm_.send(c.send, cnt, t, (rank_ + 1) % n_, stream_);
-        comm_.recv(c.recv, cnt, t, (rank_ + n_ - 1) % n_, stream_);
-        comm_.groupEnd();
-        break;
+        break;  // posted as a group above
     }
   }
 
@@ -833,32 +886,16 @@ class Bench {
       case Op::AllToAllv:
       case Op::Gather:
       case Op::Scatter:
-      case Op::SendRecv: {
+      case Op::SendRecv:
         N.check(N.groupStart(), "GroupStart");
-        const size_t chunk = cnt / n_;
-        for (int p = 0; p < n_; ++p) {
-          if (op == Op::AllToAll) {
-            N.check(N.send(snd + p * chunk * es_, chunk, t, p, ncclComm_, stream_), "Send");
-            N.check(N.recv(rcv + p * chunk * es_, chunk, t, p, ncclComm_, stream_), "Recv");
-          } else if (op == Op::AllToAllv) {
-            N.check(N.send(snd + sd_[p] * es_, sc_[p], t, p, ncclComm_, stream_), "Send");
-            N.check(N.recv(rcv + rd_[p] * es_, rc_[p], t, p, ncclComm_, stream_), "Recv");
-          } else if (op == Op::Gather) {
-            if (p == 0) N.check(N.send(snd, chunk, t, o_.root, ncclComm_, stream_), "Send");
-            if (rank_ == o_.root)
-              N.check(N.recv(rcv + p * chunk * es_, chunk, t, p, ncclComm_, stream_), "Recv");
-          } else if (op == Op::Scatter) {
-            if (rank_ == o_.root)
-              N.check(N.send(snd + p * chunk * es_, chunk, t, p, ncclComm_, stream_), "Send");
-            if (p == 0) N.check(N.recv(rcv, chunk, t, o_.root, ncclComm_, stream_), "Recv");
-          } else if (p == 0) {
-            N.check(N.send(snd, cnt, t, (rank_ + 1) % n_, ncclComm_, stream_), "Send");
-            N.check(N.recv(rcv, cnt, t, (rank_ + n_ - 1) % n_, ncclComm_, stream_), "Recv");
-          }
-        }
+        forEachGroupedOp(op, S, c, [&](bool send, const void* buf, size_t count, int peer) {
+          if (send)
+            N.check(N.send(buf, count, t, peer, ncclComm_, stream_), "Send");
+          else
+            N.check(N.recv(const_cast<void*>(buf), count, t, peer, ncclComm_, stream_), "Recv");
+        });
         N.check(N.groupEnd(), "GroupEnd");
         break;
-      }
     }
   }
 
@@ -1074,7 +1111,10 @@ class Bench {
         n_, dataTypeName(o_.dtype), reduceOpName(o_.redop), o_.iters, o_.warmup,
         o_.graphMax == 0 ? "eager"
                          : (o_.graphMax == ~0ull ? "graph" : "graph up to --graph-max, eager above"),
-        o_.graphLaunches, o_.check, o_.algo.empty() ? "" : (", algorithm " + o_.algo).c_str());
+        o_.graphLaunches, o_.check,
+        (o_.algo.empty() ? std::string() : ", algorithm " + o_.algo)
+            .append(o_.asGroup ? ", as groups" : "")
+            .c_str());
     std::printf(
         "# time = average over ranks (nccl-tests -a 1); ratio = nccl_us / meshcomm out-of-place us\n#\n");
     std::printf("# %-14s %12s %12s %8s %6s %6s | %9s %8s %8s %6s | %9s %8s %8s %6s%s\n", "op", "size",
@@ -1169,7 +1209,7 @@ class Bench {
   double hostScalar_ = 1.0;
   bool capturing_ = false;
   std::vector<size_t> sc_, sd_, rc_, rd_;
-  P2POp p2p_[2] = {};
+  std::vector<P2POp> p2p_;  // makeArgs' group (sendrecv, --as-group)
   std::vector<Row> rows_;
   long long wrongTotal_ = 0;
   NcclApi nccl_;
