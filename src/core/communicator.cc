@@ -104,6 +104,8 @@ const char* deviceOpName(uint32_t op) {
       return "FifoFlush";
     case DeviceOp::CountMismatch:
       return "CountMismatch";
+    case DeviceOp::SendCountMismatch:
+      return "SendCountMismatch";
   }
   return "unknown-op";
 }
@@ -260,10 +262,19 @@ void Communicator::Impl::checkDeviceError() const {
   }
   std::ostringstream ms;
   ms << std::fixed << std::setprecision(1) << static_cast<double>(waitedNs) / 1e6;
+  if (op == static_cast<uint32_t>(DeviceOp::CountMismatch) && expected == observed) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": counts disagree with peer ", peer,
+                   ": the operations between the two ranks have other sizes on each side (", expected,
+                   " bytes from the peer in all)");
+  }
   if (op == static_cast<uint32_t>(DeviceOp::CountMismatch)) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": counts disagree with peer ", peer,
                    ": this rank expected ", expected, " bytes, the peer sent ", observed,
                    " (nothing was written past the expected count)");
+  }
+  if (op == static_cast<uint32_t>(DeviceOp::SendCountMismatch)) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": counts disagree with peer ", peer,
+                   ": this rank sent ", expected, " bytes, the peer expected ", observed);
   }
   const std::string waitingFor = peer >= 0 ? detail::concat("peer ", peer) : std::string("the proxy");
   MESHCOMM_THROW(ErrorCode::Timeout, "rank ", wrank, ": device ", deviceOpName(op), " waiting for ",

@@ -1296,39 +1296,46 @@ TEST_F(Collectives, SendRecvManyOpsPerPeerOddSizes) {
 }
 
 // A receiver whose counts disagree with its sender (both sides on the same path: LL below the capacity,
-// the scratch pipeline above it) records a count mismatch naming the sender and writes nothing past its
-// own count, nor past the sender's count rounded up to a whole LL packet (the LL receive does not wait for
-// the count before it unpacks; the zero padding of the sender's last packet may land); the sender
-// completes. Rank 1 receives from rank 0; sendrecv, host-counts alltoallv, and a group shaped like an
-// alltoall in which rank 1's group is strided (sendrecv_ll computes its addresses) and rank 0's is not when
-// n > 2 (one count differs). The error is fatal for a Comm, so every case ends with a fresh one.
+// the pairwise engine above it) records a count mismatch naming the sender. On the LL path the sender
+// completes, and the receiver writes nothing past its own count nor past the sender's count rounded up to a
+// whole LL packet (the LL receive does not wait for the count before it unpacks; the zero padding of the
+// sender's last packet may land). In the engine both sides cut the pieces by their own counts and check the
+// peer's header while they wait, so both report (the sender: "this rank sent"), and the receiver writes
+// nothing past its own count. Rank 1 receives from rank 0; sendrecv, host-counts alltoallv, a group shaped
+// like an alltoall in which rank 1's group is strided (sendrecv_ll computes its addresses) and rank 0's is
+// not when n > 2 (one count differs), and a receive split in two operations whose sizes add up to the send
+// (equal bytes, other operation sizes: the signatures differ). The error is fatal for a Comm, so every case
+// ends with a fresh one.
 TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
   MESHCOMM_TEST_REQUIRE_RANKS(2);
   const int n = worldSize(), me = rank();
-  enum Kind { SendRecv, AllToAllv, StridedGroup };
+  enum Kind { SendRecv, AllToAllv, StridedGroup, SplitRecv };
   struct MismatchCase {
     Kind kind;
     uint64_t sent, expected;  // bytes rank 0 sends to rank 1 / rank 1 expects from rank 0
+    bool engine;              // both counts above the LL capacity
   };
-  // Pipeline cases: both counts above the largest LL capacity (a pair whose two sides straddle the
+  // Engine cases: both counts above the largest LL capacity (a pair whose two sides straddle the
   // capacity takes different paths on the two sides and times out instead; see ll_stream.hpp).
   const uint64_t big = movement::kLLStreamCapacities[0] + 100000;
   const MismatchCase cases[] = {
-      {SendRecv, 4000, 3000},               // LL, receiver expects less
-      {SendRecv, 3000, 4004},               // LL, receiver expects more
-      {SendRecv, 3001, 4004},               // LL, receiver expects more, the sender's last packet is partial
-      {SendRecv, big, big - 100000 + 8},    // pipeline
-      {AllToAllv, 4000, 3000},              // alltoallv_ll, LL pair
-      {AllToAllv, big, big - 100000 + 16},  // alltoallv_ll, pipeline pair
-      {StridedGroup, 4000, 3000},           // every pair LL, receiver strided, expects less
-      {StridedGroup, 3001, 4004},           // ... expects more, the sender's last packet is partial
+      {SendRecv, 4000, 3000, false},              // LL, receiver expects less
+      {SendRecv, 3000, 4004, false},              // LL, receiver expects more
+      {SendRecv, 3001, 4004, false},              // LL, receiver expects more, the last packet partial
+      {SendRecv, big, big - 100000 + 8, true},    // engine, receiver expects less
+      {SendRecv, big - 100000 + 8, big, true},    // engine, receiver expects more
+      {SplitRecv, big, big, true},                // engine, equal bytes in other operation sizes
+      {AllToAllv, 4000, 3000, false},             // alltoallv_ll, LL pair
+      {AllToAllv, big, big - 100000 + 16, true},  // alltoallv_ll, engine pair
+      {StridedGroup, 4000, 3000, false},          // every pair LL, receiver strided, expects less
+      {StridedGroup, 3001, 4004, false},          // ... expects more, the sender's last packet is partial
   };
   const uint64_t cap = big;
   auto& send = keep<GuardedBuffer>(n * cap);
   auto& recv = keep<GuardedBuffer>(n * cap);
   const uint8_t P = 0x5C;
   for (const MismatchCase& mc : cases) {
-    const char* kinds[] = {"sendrecv", "alltoallv", "strided group"};
+    const char* kinds[] = {"sendrecv", "alltoallv", "strided group", "split receive"};
     const std::string ctx = detail::concat(kinds[mc.kind], " sent ", mc.sent, " expected ", mc.expected);
     runFatalCase(ctx, [&] {
       send.poison(stream(), static_cast<uint8_t>(~P));
@@ -1351,23 +1358,31 @@ TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
                        stream());
       } else if (me == 0) {
         cc().send(send.at(0), mc.sent, DataType::U8, 1, stream());
+      } else if (me == 1 && mc.kind == SplitRecv) {
+        const uint64_t half = mc.expected / 2 / 16 * 16;
+        cc().groupStart();
+        cc().recv(recv.at(0), half, DataType::U8, 0, stream());
+        cc().recv(recv.at(half), mc.expected - half, DataType::U8, 0, stream());
+        cc().groupEnd();
       } else if (me == 1) {
         cc().recv(recv.at(0), mc.expected, DataType::U8, 0, stream());
       }
       MESHCOMM_TEST_CHECK_LAUNCH();
       MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
       const std::optional<std::string> error = recordedError();
-      if (me != 1) {
+      const bool reports = me == 1 || (me == 0 && mc.engine);
+      if (!reports) {
         if (error) fail(ctx, "unexpected error: " + *error);
         return;
       }
+      const std::string want = detail::concat("counts disagree with peer ", 1 - me);
       if (!error)
         fail(ctx, "no count mismatch reported");
-      else if (error->find("counts disagree with peer 0") == std::string::npos)
+      else if (error->find(want) == std::string::npos)
         fail(ctx, "unexpected error: " + *error);
-      // Nothing past min(sent rounded up to a packet, expected) bytes (the receive may have stopped
-      // early: the error aborts).
-      const uint64_t bound = std::min((mc.sent + 7) / 8 * 8, mc.expected);
+      if (me == 0) return;  // the sender's buffers are not written
+      // Nothing past the bound (the receive may have stopped early: the error aborts).
+      const uint64_t bound = mc.engine ? mc.expected : std::min((mc.sent + 7) / 8 * 8, mc.expected);
       uint64_t past = 0;
       if (mc.kind == StridedGroup) {
         // Chunk 0 as above; the other peers' chunks (which may stop early too) hold nothing past
@@ -1392,9 +1407,9 @@ TEST_F(Collectives, CountMismatchIsReportedAndNothingIsWrittenPast) {
 
 // Ranks 0 and 1 send to each other and neither posts a receive (NCCL hangs): both report that the other
 // sent what they did not expect, promptly (not a timeout), on the LL path and on the engine's with streams
-// of more pieces than a lane's buffers hold: there both blocks are send-only (they read the peer's header
-// after their steps), and each stops waiting for a credit when the peer's header says it expects nothing
-// (awaitCreditUnlessRefused). Other ranks do nothing. The error is fatal for a Comm: a fresh one per case.
+// of more pieces than a lane's buffers hold: there each block stops waiting for a credit when the peer's
+// header, which its credit waits poll, disagrees with its plan (PeerHeaderCheck). Other ranks do nothing.
+// The error is fatal for a Comm: a fresh one per case.
 TEST_F(Collectives, SendsWithoutReceivesAreReportedOnBothSides) {
   MESHCOMM_TEST_REQUIRE_RANKS(2);
   const int me = rank();

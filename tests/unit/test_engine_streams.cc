@@ -1,9 +1,14 @@
 // Layout rules of the stream engine's region (engine_streams.cuh): every receiver has the same number of
 // lanes, a pair has the same lane count in both directions, chain neighbours get every lane, and the
-// pairwise engine's blocks per peer fit every pair.
+// pairwise engine's blocks per peer fit every pair. The pairwise engine's pair headers (movement_common.cuh):
+// each side's check of the other's header fails exactly when the two plans of the pair disagree.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <random>
+
 #include "collectives/algorithms/engine_streams.cuh"
+#include "collectives/algorithms/movement_common.cuh"
 
 namespace meshcomm::movement {
 namespace {
@@ -54,6 +59,46 @@ TEST(EngineStreams, RoundPiecesCoverTheStreamOnce) {
       EXPECT_EQ(covered, bytes) << "bytes " << bytes << " B " << B;
     }
   }
+}
+
+}  // namespace
+}  // namespace meshcomm::movement
+
+namespace meshcomm::movement {
+namespace {
+
+// One side's view of a pair: bytes it sends and expects, signatures of its sends and receives.
+struct PairView {
+  uint64_t send, recv, sendSig, recvSig;
+  PairHeader own() const { return ownPairHeader(send, recv, sendSig, recvSig); }
+  PairHeader expected() const { return peerPairHeader(send, recv, sendSig, recvSig); }
+};
+
+// Whether each side's check (the peer's header against the expected one) passes.
+std::array<bool, 2> checks(const PairView& a, const PairView& b) {
+  return {b.own() == a.expected(), a.own() == b.expected()};
+}
+
+TEST(PairHeaders, BothSidesAgreeExactlyWhenThePlansDo) {
+  std::mt19937_64 rng(2211);
+  for (int i = 0; i < 1000; ++i) {
+    const PairView a{rng() % (1ull << 40), rng() % (1ull << 40), rng(), rng()};
+    const PairView b{a.recv, a.send, a.recvSig, a.sendSig};  // the same pair from the other side
+    EXPECT_EQ(checks(a, b), (std::array<bool, 2>{true, true}));
+    // Any one quantity of b differing: both sides see it.
+    for (int field = 0; field < 4; ++field) {
+      PairView c = b;
+      uint64_t& f = field == 0 ? c.send : field == 1 ? c.recv : field == 2 ? c.sendSig : c.recvSig;
+      f += 1 + rng() % 1000;
+      EXPECT_EQ(checks(a, c), (std::array<bool, 2>{false, false})) << "field " << field;
+    }
+    // b's two signatures swapped (the directions' operation sizes exchanged): both sides see it.
+    const PairView d{b.send, b.recv, b.recvSig, b.sendSig};
+    if (a.sendSig != a.recvSig) EXPECT_EQ(checks(a, d), (std::array<bool, 2>{false, false}));
+  }
+  // Zero bytes both ways (a pair that only meets): agree.
+  const PairView z{0, 0, 7, 7};
+  EXPECT_EQ(checks(z, z), (std::array<bool, 2>{true, true}));
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ enum class DeviceOp : uint32_t {
   FifoPush = 4,           // PortChannel trigger push waiting for FIFO space
   FifoFlush = 5,          // PortChannel flush waiting for the proxy
   CountMismatch = 6,      // a receiver's expected byte count differs from what the sender sent (not a wait)
+  SendCountMismatch = 7,  // a sender's byte count differs from what the receiver expects (not a wait)
 };
 
 // Lives in host-mapped pinned memory, one per Communicator. Written by the first device wait that fails.

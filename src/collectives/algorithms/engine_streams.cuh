@@ -118,31 +118,51 @@ MESHCOMM_HOST_DEVICE_INLINE Piece roundPiece(uint64_t bytes, uint64_t t, uint64_
 }
 
 #if defined(__CUDACC__)
-// Acquire spin until *word reaches target (wrap-safe); false on timeout/abort (reported through ctx).
-MESHCOMM_DEVICE_INLINE bool spinAtLeast(const uint64_t* word, uint64_t target, const SpinContext& ctx) {
-  return device::spinUntil(
+// What a counter wait also watches (pairwiseKernel: the peer's pair header): poll(ctx) is called every
+// kWaitCheckInterval polls of the counter that fail, and false from it ends the wait (the wait returns
+// false). NoWaitCheck watches nothing.
+constexpr uint32_t kWaitCheckInterval = 4;
+struct NoWaitCheck {
+  MESHCOMM_DEVICE_INLINE bool poll(const SpinContext&) { return true; }
+};
+
+// Acquire spin until *word reaches target (wrap-safe); false on timeout/abort (reported through ctx) or
+// when check.poll refuses.
+template <class Check = NoWaitCheck>
+MESHCOMM_DEVICE_INLINE bool spinAtLeast(const uint64_t* word, uint64_t target, const SpinContext& ctx,
+                                        Check&& check = {}) {
+  uint32_t polls = 0;
+  bool refused = false;
+  const bool ok = device::spinUntil(
       [&](uint64_t& seen) {
         seen = device::loadAcquireSys(word);
-        return device::reached(seen, target);
+        if (device::reached(seen, target)) return true;
+        refused = ++polls % kWaitCheckInterval == 0 && !check.poll(ctx);
+        return refused;
       },
       ctx, DeviceOp::SemaphoreWait, target);
+  return ok && !refused;
 }
 
-// Piece-level steps of one stream (thread 0 of the block; the block synchronises around them):
+// Piece-level steps of one stream (thread 0 of the block; the block synchronises around them), each wait
+// watching `check` as spinAtLeast does:
 // Sender, before writing piece g into es.buffer(v, to, rank, lane, g): acquire — the receiver has copied
 // piece g - K out of that buffer.
+template <class Check = NoWaitCheck>
 MESHCOMM_DEVICE_INLINE bool awaitCredit(const EngineStreams& es, const CommDeviceView& v, int to, int lane,
-                                        uint64_t g, const SpinContext& ctx) {
-  return g < kEngineSlots || spinAtLeast(es.counter(v, v.rank, to, lane, 1), g - kEngineSlots + 1, ctx);
+                                        uint64_t g, const SpinContext& ctx, Check&& check = {}) {
+  return g < kEngineSlots ||
+         spinAtLeast(es.counter(v, v.rank, to, lane, 1), g - kEngineSlots + 1, ctx, check);
 }
 // Sender, after the block's writes of a piece and __syncthreads(): release — publishes the piece.
 MESHCOMM_DEVICE_INLINE void publishPiece(const EngineStreams& es, const CommDeviceView& v, int to, int lane) {
   device::redAddReleaseSys(es.counter(v, to, v.rank, lane, 0), 1);
 }
 // Receiver, before reading piece g from es.buffer(v, rank, from, lane, g): acquire — the piece is there.
+template <class Check = NoWaitCheck>
 MESHCOMM_DEVICE_INLINE bool awaitPiece(const EngineStreams& es, const CommDeviceView& v, int from, int lane,
-                                       uint64_t g, const SpinContext& ctx) {
-  return spinAtLeast(es.counter(v, v.rank, from, lane, 0), g + 1, ctx);
+                                       uint64_t g, const SpinContext& ctx, Check&& check = {}) {
+  return spinAtLeast(es.counter(v, v.rank, from, lane, 0), g + 1, ctx, check);
 }
 // Receiver, after the block's reads of a piece and __syncthreads(): release — the buffer may be refilled.
 MESHCOMM_DEVICE_INLINE void releasePiece(const EngineStreams& es, const CommDeviceView& v, int from,

@@ -12,17 +12,17 @@
 //    NCCL's head/tail protocol, no opening handshake). A Plan says what each rank sends to / receives from
 //    each peer (byte streams) and what it copies locally; allgather, alltoall(v), broadcast, gather, scatter
 //    and sendrecv are Plans. Per block:
-//      [header LL packets: my byte count, its signature and the count I expect back, when the Plan has
-//       kHeader; read after the block's first puts: its steps before kCopyLag, all of a send-only block's]
+//      [kHeader plans: write my header (LL packets: what I send, what I expect back, a signature of both)]
 //      step s = 0, 1, ...:
 //               put:  await the credit of piece s (the peer has copied out the piece K before it on this
 //                     lane), piece s of my stream -> the peer's buffer, publish
 //               copy: await the peer's piece s-kCopyLag, copy it out, release its buffer
 //               one slice of the local copy (up to kSelfCopySlices slices of >= kSelfSliceBytes)
 //    (the publishes and releases are a publisher warp's, overlapping the next steps: see pairwiseKernel)
-//    T = ceil(bytes / roundBytes) per direction, with the direction's roundBytes computed from its sender's
-//    view (the receiver takes it from the header), so both count the same pieces. A sender runs up to K
-//    pieces ahead of its receiver.
+//      [kHeader plans: check the peer's header unless a wait already did (the waits poll it)]
+//    T = ceil(bytes / roundBytes) per direction, with one roundBytes for both directions of the pair, from
+//    the plan's counts of the pair: both sides count the same pieces when their plans agree, and the header
+//    (kHeader) tells them when they do not. A sender runs up to K pieces ahead of its receiver.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -300,10 +300,13 @@ MESHCOMM_DEVICE_INLINE void copyShare(char* dst, const char* src, uint64_t bytes
   copyBytes(dst + off, src + off, minU(per, bytes - off), tid, nt);
 }
 
-// Records a count mismatch (fatal for the communicator, like a timeout: the host raises it).
-MESHCOMM_DEVICE_INLINE void reportMismatch(SpinContext ctx, int peer, uint64_t expected, uint64_t observed) {
+// Records a count mismatch with `peer` (fatal for the communicator, like a timeout: the host raises it):
+// CountMismatch, the bytes this rank expected and those the peer sends; SendCountMismatch, the bytes this
+// rank sends and those the peer expects.
+MESHCOMM_DEVICE_INLINE void reportMismatch(SpinContext ctx, int peer, uint64_t expected, uint64_t observed,
+                                           DeviceOp op = DeviceOp::CountMismatch) {
   ctx.peer = peer;
-  device::reportTimeout(ctx, DeviceOp::CountMismatch, expected, observed, 0);
+  device::reportTimeout(ctx, op, expected, observed, 0);
 }
 #endif
 
@@ -454,16 +457,38 @@ MESHCOMM_DEVICE_INLINE bool readHeader(const char* inbox, uint32_t flag, const S
   return true;
 }
 
-// Header of an engine pair (kHeader plans), from the block with c == 0 at its start: what this rank sends
-// to the peer (bytes, signature of the operation sizes) and the bytes it expects back. A direction's piece
-// size depends on both counts of its sender (roundBasisBytes), so the receiver cuts the stream as the
-// sender did without the sender waiting for anything; `expect` == 0 tells the peer that this rank will copy
-// nothing out.
-struct PairHeader {  // (no member initializers: it lives in __shared__ memory)
+#endif
+
+// Header of an engine pair (kHeader plans), written by the block with c == 0 at its start: the bytes this
+// rank sends to the peer, the bytes it expects back and a signature of both directions' operation sizes.
+// Both sides cut both directions of the pair by their own plan, as plans without a header do; the header
+// only confirms that the two plans agree. Each side compares the peer's header with the one its own plan
+// says the peer writes (peerPairHeader), which differs on both sides when any of the four quantities does,
+// so a disagreement is seen by both and neither waits for what the other will not do.
+struct PairHeader {
   uint64_t bytes, sig, expect;
-  MESHCOMM_HOST_DEVICE_INLINE uint64_t roundBasisBytes() const { return bytes > expect ? bytes : expect; }
+  MESHCOMM_HOST_DEVICE_INLINE bool operator==(const PairHeader& o) const {
+    return bytes == o.bytes && sig == o.sig && expect == o.expect;
+  }
 };
 
+// Signature of a pair from one side: its send and receive signatures of the pair (order-sensitive).
+MESHCOMM_HOST_DEVICE_INLINE uint64_t pairSig(uint64_t sendSig, uint64_t recvSig) {
+  const uint64_t h = (0xCBF29CE484222325ull ^ sendSig) * 0x100000001B3ull;
+  return (h ^ (recvSig + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2))) * 0x100000001B3ull;
+}
+// The header a rank writes for a pair: what it sends, its signature of the pair, what it expects back.
+MESHCOMM_HOST_DEVICE_INLINE PairHeader ownPairHeader(uint64_t sendBytes, uint64_t recvBytes, uint64_t sendSig,
+                                                     uint64_t recvSig) {
+  return {sendBytes, pairSig(sendSig, recvSig), recvBytes};
+}
+// The header the peer writes when its plan agrees with this rank's (the same pair seen from the other side).
+MESHCOMM_HOST_DEVICE_INLINE PairHeader peerPairHeader(uint64_t sendBytes, uint64_t recvBytes,
+                                                      uint64_t sendSig, uint64_t recvSig) {
+  return ownPairHeader(recvBytes, sendBytes, recvSig, sendSig);
+}
+
+#if defined(__CUDACC__)
 // Three LL16 packets, each visible on its own through its flags (a reader wants all three).
 MESHCOMM_DEVICE_INLINE void writePairHeader(char* outbox, const PairHeader& h, uint32_t flag) {
   writeHeader(outbox, h.bytes, h.sig, flag);
@@ -497,36 +522,47 @@ MESHCOMM_DEVICE_INLINE bool readPairHeader(const char* inbox, uint32_t flag, con
       ctx, DeviceOp::PacketRead, flag);
 }
 
-// The credit wait of a block that has not read the peer's header yet (kHeader): the credit of piece g as
-// awaitCredit (acquire), or the peer's header saying that the peer expects nothing from this rank, so no
-// credit will come (the peer copies nothing out and reports the mismatch). False ends the block's steps
-// before the header (its header read and check still run).
-MESHCOMM_DEVICE_INLINE bool awaitCreditUnlessRefused(const EngineStreams& es, const CommDeviceView& v, int to,
-                                                     int lane, uint64_t g, const char* inbox, uint32_t flag,
-                                                     const SpinContext& ctx) {
-  if (g < kEngineSlots) return true;
-  const uint64_t* credit = es.counter(v, v.rank, to, lane, 1);
-  const uint64_t target = g - kEngineSlots + 1;
-  bool refused = false;
-  const bool ok = device::spinUntil(
-      [&](uint64_t& seen) {
-        seen = device::loadAcquireSys(credit);
-        if (device::reached(seen, target)) return true;
-        PairHeader h;
-        refused = tryReadPairHeader(inbox, flag, h) && h.expect == 0;
-        return refused;
-      },
-      ctx, DeviceOp::SemaphoreWait, target);
-  return ok && !refused;
-}
+// Thread 0's check of the peer's pair header (kHeader plans), once per active block and call: polled by its
+// counter waits (a wait check, engine_streams.cuh), so a disagreement ends every wait on both sides instead
+// of a timeout, and read at the end by finish() if no wait saw it. A header that differs from `want` is
+// reported as a count mismatch (fatal for the communicator): the receiver's view when the peer sends other
+// bytes, else the sender's when the peer expects other bytes, else the operation sizes (equal bytes).
+struct PeerHeaderCheck {
+  const char* inbox;
+  uint32_t flag;
+  int peer;
+  PairHeader want;  // peerPairHeader of this rank's plan
+  int state;        // 0: not seen yet; 1: seen and equal to want; -1: seen and different (reported)
+
+  MESHCOMM_DEVICE_INLINE bool judge(const PairHeader& got, const SpinContext& ctx) {
+    state = got == want ? 1 : -1;
+    if (state < 0 && got.bytes == want.bytes && got.expect != want.expect)
+      reportMismatch(ctx, peer, want.expect, got.expect, DeviceOp::SendCountMismatch);
+    else if (state < 0)
+      reportMismatch(ctx, peer, want.bytes, got.bytes);
+    return state > 0;
+  }
+  // One poll while waiting: false once the header is seen and differs.
+  MESHCOMM_DEVICE_INLINE bool poll(const SpinContext& ctx) {
+    if (state != 0) return state > 0;
+    PairHeader got;
+    return !tryReadPairHeader(inbox, flag, got) || judge(got, ctx);
+  }
+  // After the block's steps: spins for the header unless a wait saw it; true when it agrees.
+  MESHCOMM_DEVICE_INLINE bool finish(const SpinContext& ctx) {
+    if (state != 0) return state > 0;
+    PairHeader got;
+    return readPairHeader(inbox, flag, ctx, got) && judge(got, ctx);
+  }
+};
 
 // The pairwise scratch pipeline (see the top of this file). Plan interface:
-//   static constexpr bool kHeader;   exchange PairHeaders (counts not known to the peer)
+//   static constexpr bool kHeader;   exchange PairHeaders (the peer cannot know this rank's counts)
 //   bool active(v, peer)             this pair exchanges in this call (both sides agree)
-//   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes = capacity expected from the peer)
-//   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
-//   void selfCopy(v, part, nParts, tid, nt)   part `part` of `nParts` of the local copy, threads [0, nt)
-//   static constexpr bool kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
+//   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes: what the peer sends, when the plans
+//   agree) uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree void selfCopy(v, part,
+//   nParts, tid, nt)   part `part` of `nParts` of the local copy, threads [0, nt) static constexpr bool
+//   kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
 //     uint64_t roundBasis(v, maxBytes)   bytes that size the rounds (equal on both sides of every pair)
 //     uint64_t linkGeneration()          read once per block at the start (a per-launch number)
 //     bool waitLinked(v, peer, c, t, gen, ctx)   thread 0, before the put of a non-empty piece t
@@ -534,21 +570,18 @@ MESHCOMM_DEVICE_INLINE bool awaitCreditUnlessRefused(const EngineStreams& es, co
 //     void arriveLinked(gen)             every block, last thing (all threads; advances the generation)
 //   Linked blocks wait on blocks of the same grid: the grid must be co-resident (as for the engine).
 // Each direction of a pair is a stream of pieces through the receiver's engine buffers (EngineStreams:
-// persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, roundBytes from
-// roundBasis(the larger of the sender's two counts of the pair), which the receiver knows from the header
-// (kHeader) or from its plan (plans without a header agree on both sides), so both count the same pieces.
+// persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, with one roundBytes
+// for both directions of the pair, from roundBasis(the larger of its two counts): both sides compute the
+// same pieces from their own plans.
 //
-// kHeader: a block puts the pieces that need no copy-out of its own (steps before kCopyLag; all of them for a
-// send-only block, which expects nothing) before it reads the peer's header: its direction is cut by its own
-// counts, so these puts overlap the peer's previous call (as without a header) instead of waiting for the
-// peer's kernel to start. Then the header (the peer's counts cut the peer's direction), then the other steps.
-// One header read per active block and call remains, which keeps the header halves safe: a block writes
+// kHeader: the plans of the two sides may disagree (a user's counts), so the pair exchanges headers (above)
+// but nothing waits for them: the pieces are cut by this rank's plan, and thread 0 checks the peer's header
+// in its counter waits and at the end (PeerHeaderCheck). Until the header is seen a receiver may copy out
+// pieces cut by its own counts; when they disagree with the sender's it writes nothing past its own count
+// (the call fails with the mismatch on both sides, and the communicator is dead: pieces left in buffers do
+// not matter). One header read per active block and call keeps the header halves safe: a block writes
 // half h again two calls later, after its previous kernel read the peer's header of the call in between,
 // which the peer wrote after its kernel that read half h had ended.
-// Mismatches: the receiver of a direction reports its count or signature differing from the header's (the
-// sender never does); a block whose peer expects nothing stops putting: before the header through
-// awaitCreditUnlessRefused (the header seen while waiting for a credit), after it by putting no more. Both
-// mean a mismatch, fatal for the communicator, so pieces left in the peer's buffers do not matter.
 //
 // Steps run as published steps (runPublishedSteps, engine_streams.cuh: a publisher warp does the
 // system-scope releases while the compute warps run up to two steps ahead). Step s: thread 0 acquires the
@@ -561,11 +594,22 @@ MESHCOMM_DEVICE_INLINE bool awaitCreditUnlessRefused(const EngineStreams& es, co
 // failed spin (timeout/abort) ends the block's exchange (the communicator is dead).
 constexpr uint64_t kCopyLag = 2;  // steps between a piece's put and its copy-out on the other side
 
+// Thread 0's wait check of an active block: the peer's header (kHeader plans), else none.
+template <class Plan, class Stream>
+MESHCOMM_DEVICE_INLINE auto pairWaitCheck(const Plan& plan, const PacketRegion& hdr, const CommDeviceView& v,
+                                          int peer, uint64_t epoch, const Stream& send, const Stream& recv) {
+  if constexpr (Plan::kHeader) {
+    return PeerHeaderCheck{hdr.inbox(v, peer, epoch & 1), llFlag(epoch), peer,
+                           peerPairHeader(send.bytes, recv.bytes, plan.sendSig(peer), plan.recvSig(peer)), 0};
+  } else {
+    return NoWaitCheck{};
+  }
+}
+
 template <class Plan>
 __global__ void __launch_bounds__(kEngineThreads)
     pairwiseKernel(CommDeviceView v, EngineStreams es, PacketRegion hdr, PairEpochs ep,
                    const __grid_constant__ Plan plan) {
-  __shared__ PairHeader sPeer;
   const BlockRole role = blockRole(v, es.blocksPerPeer);
   const bool active = role.peer >= 0 && plan.active(v, role.peer);
   const int B = es.blocksPerPeer;
@@ -578,10 +622,10 @@ __global__ void __launch_bounds__(kEngineThreads)
     if (active) {
       epoch = ep.load(role.peer, role.c);
       if (role.c == 0 && threadIdx.x == 32) {
-        writePairHeader(
-            hdr.outbox(v, role.peer, epoch & 1),
-            PairHeader{plan.send(v, role.peer).bytes, plan.sendSig(role.peer), plan.recv(v, role.peer).bytes},
-            llFlag(epoch));
+        writePairHeader(hdr.outbox(v, role.peer, epoch & 1),
+                        ownPairHeader(plan.send(v, role.peer).bytes, plan.recv(v, role.peer).bytes,
+                                      plan.sendSig(role.peer), plan.recvSig(role.peer)),
+                        llFlag(epoch));
       }
     }
   }
@@ -597,25 +641,12 @@ __global__ void __launch_bounds__(kEngineThreads)
   const SpinContext ctx = device::channelRef(v, peer, 0).semaphore.spin;  // names this rank and the peer
   const auto send = plan.send(v, peer);
   const auto recv = plan.recv(v, peer);
-  const char* inbox = Plan::kHeader ? hdr.inbox(v, peer, epoch & 1) : nullptr;
-  const uint32_t flag = llFlag(epoch);
-  // This rank's direction is cut by its own counts (the sender's), known before the header.
-  const uint64_t roundOut =
+  auto check = pairWaitCheck(plan, hdr, v, peer, epoch, send, recv);  // thread 0's
+  // Both directions in rounds of the same size, from this rank's plan (the peer's cuts them alike).
+  const uint64_t round =
       es.pieceCap(plan.roundBasis(v, maxU(send.bytes, recv.bytes))) * static_cast<uint64_t>(B);
-  uint64_t Ts = divUp(send.bytes, roundOut);
-  // The peer's direction: its counts of the pair, from its header (kHeader, once read) or from this rank's
-  // plan (no header: the peer's plan agrees). Tr = 0 until known; steps before kCopyLag copy nothing out.
-  PairHeader peerCounts{recv.bytes, 0, send.bytes};
-  uint64_t roundIn = 0, Tr = 0, recvLimit = 0;
-  auto cutPeerDirection = [&] {
-    recvLimit = minU(peerCounts.bytes, recv.bytes);  // never write past the receiver's buffer
-    roundIn = es.pieceCap(plan.roundBasis(v, peerCounts.roundBasisBytes())) * static_cast<uint64_t>(B);
-    Tr = divUp(peerCounts.bytes, roundIn);
-  };
-  if constexpr (!Plan::kHeader) cutPeerDirection();
-  // kHeader: steps [0, first) run before the peer's header is read (set below; 0 without a header), and
-  // their credit waits watch for a refusal.
-  uint64_t first = 0;
+  const uint64_t Ts = divUp(send.bytes, round), Tr = divUp(recv.bytes, round);
+  const uint64_t steps = Tr > 0 ? maxU(Ts, Tr + kCopyLag) : Ts;
 
   uint64_t* sentWord = es.sent + static_cast<uint64_t>(peer) * kEngineLanes + c;
   uint64_t* consumedWord = es.consumed + static_cast<uint64_t>(peer) * kEngineLanes + c;
@@ -626,73 +657,42 @@ __global__ void __launch_bounds__(kEngineThreads)
     j = s - kCopyLag;
     return s >= kCopyLag && j < Tr;
   };
-  auto putPiece = [&](uint64_t s) {
-    return s < Ts ? roundPiece(send.bytes, s, roundOut, B, c) : Piece{0, 0};
-  };
-  // Steps [from, to) as published steps.
-  auto runSteps = [&](uint64_t from, uint64_t to) {
-    return runPublishedSteps(
-        to - from,
-        [&](uint64_t i) {
-          const uint64_t s = from + i;
-          bool good =
-              s >= Ts || (s >= first ? awaitCredit(es, v, peer, c, sent0 + s, ctx)
-                                     : awaitCreditUnlessRefused(es, v, peer, c, sent0 + s, inbox, flag, ctx));
-          if constexpr (Plan::kLinked) {
-            if (good && putPiece(s).len) good = plan.waitLinked(v, peer, c, s, gen, ctx);
-          }
-          uint64_t j;
-          if (good && copiesOut(s, j)) good = awaitPiece(es, v, peer, c, consumed0 + j, ctx);
-          return good;
-        },
-        [&](uint64_t i, uint32_t tid, uint32_t nt) {
-          const uint64_t s = from + i;
-          const Piece put = putPiece(s);
-          if (put.len) send.toScratch(es.buffer(v, peer, v.rank, c, sent0 + s), put.off, put.len, tid, nt);
-          uint64_t j;
-          if (copiesOut(s, j)) {
-            const Piece p = roundPiece(peerCounts.bytes, j, roundIn, B, c);
-            const uint64_t len = p.off < recvLimit ? minU(p.len, recvLimit - p.off) : 0;
-            if (len) recv.fromScratch(es.buffer(v, v.rank, peer, c, consumed0 + j), p.off, len, tid, nt);
-          }
-          if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts, tid, nt);
-        },
-        [&](uint64_t i) {
-          const uint64_t s = from + i;
-          if (s < Ts) publishPiece(es, v, peer, c);
-          uint64_t j;
-          if (copiesOut(s, j)) {
-            releasePiece(es, v, peer, c);
-            if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
-          }
-        });
-  };
-
-  // kHeader: the puts that need no copy-out (the first kCopyLag steps; all of a send-only block's) run
-  // before the peer's header is read, so they overlap the peer's previous call instead of waiting for its
-  // kernel to start; then the header (one read per call: the pair's rendezvous), then the rest.
-  bool done = true;
+  bool done = runPublishedSteps(
+      steps,
+      [&](uint64_t s) {
+        bool good = s >= Ts || awaitCredit(es, v, peer, c, sent0 + s, ctx, check);
+        if constexpr (Plan::kLinked) {
+          if (good && s < Ts && roundPiece(send.bytes, s, round, B, c).len)
+            good = plan.waitLinked(v, peer, c, s, gen, ctx);
+        }
+        uint64_t j;
+        if (good && copiesOut(s, j)) good = awaitPiece(es, v, peer, c, consumed0 + j, ctx, check);
+        return good;
+      },
+      [&](uint64_t s, uint32_t tid, uint32_t nt) {
+        if (s < Ts) {
+          const Piece p = roundPiece(send.bytes, s, round, B, c);
+          if (p.len) send.toScratch(es.buffer(v, peer, v.rank, c, sent0 + s), p.off, p.len, tid, nt);
+        }
+        uint64_t j;
+        if (copiesOut(s, j)) {
+          const Piece p = roundPiece(recv.bytes, j, round, B, c);
+          if (p.len) recv.fromScratch(es.buffer(v, v.rank, peer, c, consumed0 + j), p.off, p.len, tid, nt);
+        }
+        if (selfDone < slices) plan.selfCopy(v, selfPart + selfDone++, selfParts, tid, nt);
+      },
+      [&](uint64_t s) {
+        if (s < Ts) publishPiece(es, v, peer, c);
+        uint64_t j;
+        if (copiesOut(s, j)) {
+          releasePiece(es, v, peer, c);
+          if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
+        }
+      });
+  // kHeader: the peer's header, unless a wait saw it (it overlaps the publisher's last release).
   if constexpr (Plan::kHeader) {
-    const bool sendOnly = recv.bytes == 0;
-    first = sendOnly ? Ts : minU(Ts, kCopyLag);
-    done = runSteps(0, first);
-    int ok = 1;
-    if (threadIdx.x == 32) ok = readPairHeader(inbox, flag, ctx, sPeer) ? 1 : 0;
-    // Also: the steps above are over in every warp (runPublishedSteps may run again), and every thread has
-    // read its epoch word (advanced at the end).
-    ok = __syncthreads_and(ok);
-    done = done && ok;
-    if (ok && threadIdx.x == 0 && c == 0 && (sPeer.bytes != recv.bytes || sPeer.sig != plan.recvSig(peer)))
-      reportMismatch(ctx, peer, recv.bytes, sPeer.bytes);
-    if (ok && !sendOnly) {  // send-only: the peer must send nothing (else reported just above)
-      peerCounts = sPeer;
-      cutPeerDirection();
-      // A peer that expects nothing copies nothing out (it reports the mismatch): put no more.
-      if (peerCounts.expect == 0) Ts = first;
-    }
+    if (done && threadIdx.x == 0) done = check.finish(ctx);
   }
-  const uint64_t steps = Tr > 0 ? maxU(Ts, Tr + kCopyLag) : Ts;
-  if (done && steps > first) done = runSteps(first, steps);
   if (done && threadIdx.x == 0) {
     *sentWord = sent0 + Ts;
     *consumedWord = consumed0 + Tr;
@@ -702,7 +702,10 @@ __global__ void __launch_bounds__(kEngineThreads)
     for (; selfDone < slices; ++selfDone)
       plan.selfCopy(v, selfPart + selfDone, selfParts, threadIdx.x, computeThreads);
   }
-  if constexpr (Plan::kHeader) ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);  // own words only
+  if constexpr (Plan::kHeader) {
+    __syncthreads();  // every thread has read its epoch word (advanced next), even with no steps
+    ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);  // own words only
+  }
   if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }
 
