@@ -559,10 +559,10 @@ struct PeerHeaderCheck {
 // The pairwise scratch pipeline (see the top of this file). Plan interface:
 //   static constexpr bool kHeader;   exchange PairHeaders (the peer cannot know this rank's counts)
 //   bool active(v, peer)             this pair exchanges in this call (both sides agree)
-//   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes: what the peer sends, when the plans
-//   agree) uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree void selfCopy(v, part,
-//   nParts, tid, nt)   part `part` of `nParts` of the local copy, threads [0, nt) static constexpr bool
-//   kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
+//   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes: what the peer sends if plans agree)
+//   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
+//   void selfCopy(v, part, nParts, tid, nt)   part `part` of `nParts` of the local copy, threads [0, nt)
+//   static constexpr bool kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
 //     uint64_t roundBasis(v, maxBytes)   bytes that size the rounds (equal on both sides of every pair)
 //     uint64_t linkGeneration()          read once per block at the start (a per-launch number)
 //     bool waitLinked(v, peer, c, t, gen, ctx)   thread 0, before the put of a non-empty piece t
