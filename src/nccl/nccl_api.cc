@@ -25,6 +25,7 @@
 #include "meshcomm/comm.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/nccl.h"
+#include "meshcomm/split.hpp"
 #include "nccl/local_teardown.hpp"
 #include "nccl/nccl_types.hpp"
 
@@ -76,8 +77,6 @@ struct ncclWindow_vidmem {
 };
 
 namespace {
-
-constexpr int kSplitTag = 0x4e53504c;  // "NSPL": bootstrap tag of ncclCommSplit's id hand-out
 
 thread_local std::string tLastError;  // ncclGetLastError(NULL)
 
@@ -327,25 +326,17 @@ ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
 
 // The shared end of ncclCommSplit and ncclCommShrink: the parent ranks `members` (in new-rank order, the
 // caller among them) form a new communicator. Its rank 0 creates the unique id and hands it to the others
-// over the parent's bootstrap, point to point: parent ranks outside `members` take no part (they may be
-// gone).
+// over the parent's bootstrap, point to point (meshcomm::shareUniqueId): parent ranks outside `members` take
+// no part (they may be gone).
 ncclComm* joinSubComm(ncclComm* comm, const std::vector<int>& members) {
-  meshcomm::Bootstrap& boot = comm->comm->communicator().bootstrap();
+  const UniqueId id = meshcomm::shareUniqueId(comm->comm->communicator().bootstrap(), members);
   const int newRank =
       static_cast<int>(std::find(members.begin(), members.end(), comm->rank) - members.begin());
-  const int n = static_cast<int>(members.size());
-  UniqueId id;
-  if (newRank == 0) {
-    id = TcpBootstrap::createUniqueId(n);
-    for (int i = 1; i < n; ++i) boot.send(id.bytes.data(), id.bytes.size(), members[i], kSplitTag);
-  } else {
-    boot.recv(id.bytes.data(), id.bytes.size(), members[0], kSplitTag);
-  }
   auto c = std::make_unique<ncclComm>();
   ncclUniqueId nid;
   std::memcpy(nid.internal, id.bytes.data(), NCCL_UNIQUE_ID_BYTES);
   meshcomm::CudaDeviceGuard guard(comm->device);
-  initComm(c.get(), n, nid, newRank, comm->device);
+  initComm(c.get(), static_cast<int>(members.size()), nid, newRank, comm->device);
   return c.release();
 }
 
@@ -356,21 +347,10 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newc
   const std::string problem = shim::configProblem(config);
   SHIM_REQUIRE(problem.empty(), comm, fn, problem);
   return guarded(fn, comm, [&] {
-    meshcomm::Bootstrap& boot = comm->comm->communicator().bootstrap();
-    struct Entry {
-      int color, key;
-    };
-    std::vector<Entry> all(comm->nRanks);
-    all[comm->rank] = {color, key};
-    boot.allGather(all.data(), sizeof(Entry));
-    *newcomm = nullptr;
-    if (color == NCCL_SPLIT_NOCOLOR) return ncclSuccess;
-    SHIM_REQUIRE(color >= 0, comm, fn, "color ", color, " must be >= 0 or NCCL_SPLIT_NOCOLOR");
-    std::vector<int> members;  // parent ranks of my color, ordered by (key, parent rank)
-    for (int r = 0; r < comm->nRanks; ++r)
-      if (all[r].color == color) members.push_back(r);
-    std::stable_sort(members.begin(), members.end(), [&](int a, int b) { return all[a].key < all[b].key; });
-    *newcomm = joinSubComm(comm, members);
+    static_assert(NCCL_SPLIT_NOCOLOR == meshcomm::kSplitNoColor, "one no-color value");
+    const std::vector<int> members =
+        meshcomm::splitMembers(comm->comm->communicator().bootstrap(), {color, key});
+    *newcomm = members.empty() ? nullptr : joinSubComm(comm, members);
     return ncclSuccess;
   });
 }

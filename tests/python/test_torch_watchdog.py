@@ -60,6 +60,6 @@ def test_default_mode_takes_the_process_down():
     r0, r1 = run_ranks(2, "torch_watchdog", args=("teardown",), from_env=True, timeout=240)
     assert r0.returncode == -signal.SIGABRT, r0.describe()
     assert "meshcomm: rank 0: watchdog: timeout: rank 0: allreduce #" in r0.stderr, r0.stderr
-    assert "MESHCOMM_TORCH_ASYNC_ERROR_HANDLING=3 (skip clean up): taking the process down" in r0.stderr, r0.stderr
+    assert "MESHCOMM_TORCH_ASYNC_ERROR_HANDLING=3 (skip clean up): Aborting process due to timeout" in r0.stderr, r0.stderr
     assert "RESULT" not in r0.stdout, "rank 0 went on after its group failed"
     assert r1.returncode == 0, r1.describe()

@@ -1,7 +1,6 @@
 // MeshcommBackend: construction, lifetime, split, coalescing and the common enqueue path (see backend.hpp).
 #include "backend.hpp"
 
-#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/util/Exception.h>
@@ -12,22 +11,13 @@
 
 #include "checks.hpp"
 #include "meshcomm/env.hpp"
+#include "op_stream.hpp"
 
 namespace meshcomm::torch_backend {
 
 namespace {
 
-bool capturing(const c10::cuda::CUDAStream& stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream.stream(), &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
-void recordStream(const at::Tensor& t, const c10::cuda::CUDAStream& stream) {
-  if (t.defined() && t.has_storage()) {
-    c10::cuda::CUDACachingAllocator::recordStream(t.storage().data_ptr(), stream);
-  }
-}
+constexpr const char* kUniqueIdKey = "meshcomm/unique_id";
 
 at::Device currentCudaDevice(int rank) {
   TORCH_CHECK(c10::cuda::device_count() > 0, "meshcomm: rank ", rank,
@@ -48,8 +38,12 @@ MeshcommBackend::MeshcommBackend(const c10::intrusive_ptr<::c10d::Store>& store,
       asyncErrorHandlingFromEnv();  // a bad value fails before the bootstrap
   const std::chrono::milliseconds watchdogInterval(
       translateErrors([] { return envInt("MESHCOMM_TORCH_WATCHDOG_INTERVAL_MS"); }));
-  state_->comm = createComm(store, rank, size, state_->device, *options_);
-  watchdog_ = std::make_unique<Watchdog>(state_, *state_->comm, errorHandling, watchdogInterval);
+  state_->comm = createComm(store, kUniqueIdKey, rank, size, state_->device,
+                            {options_->scratchBytes, options_->packetBytes, options_->channelsPerPeer});
+  watchdog_ = std::make_unique<Watchdog>(
+      state_, *state_->comm, errorHandling,
+      "MESHCOMM_TORCH_ASYNC_ERROR_HANDLING=" + std::to_string(static_cast<int>(errorHandling)),
+      watchdogInterval);
   init();
 }
 
@@ -181,11 +175,10 @@ c10::intrusive_ptr<::c10d::Work> MeshcommBackend::endCoalescing() {
     c10::cuda::CUDAStreamGuard streamGuard(internalStream_);
     translateErrors([&] { state_->comm->groupEnd(); });  // launches the block's sends and receives
   }
-  end->record(*state_->events, capturing(internalStream_));
+  end->record(*state_->events, capturing(internalStream_.stream()));
   const OpInfo op{::c10d::OpType::COALESCED, "coalesced", true, ::c10d::kUnsetTimeout};
-  const WorkSpec spec = workSpec(op);
-  watchdog_->track(end, spec);
-  return c10::make_intrusive<MeshcommWork>(state_, spec, std::move(end), std::move(outputs));
+  watchdog_->track(end, workSpec(op));
+  return makeWork(op, std::move(end), std::move(outputs));
 }
 
 void MeshcommBackend::checkTensor(const char* op, const char* argument, const at::Tensor& t) const {
@@ -194,18 +187,19 @@ void MeshcommBackend::checkTensor(const char* op, const char* argument, const at
 
 WorkSpec MeshcommBackend::workSpec(const OpInfo& op) const {
   const auto timeout = op.timeout == ::c10d::kUnsetTimeout ? options_->timeout : op.timeout;
-  return WorkSpec{op.type, op.name, seq_, timeout, op.blocking};
+  return WorkSpec{op.name, seq_, timeout, op.blocking};
+}
+
+c10::intrusive_ptr<MeshcommWork> MeshcommBackend::makeWork(const OpInfo& op, std::shared_ptr<WorkEnd> end,
+                                                           std::vector<at::Tensor> outputs) const {
+  return c10::make_intrusive<MeshcommWork>(state_, op.type, workSpec(op), std::move(end), std::move(outputs));
 }
 
 c10::cuda::CUDAStream MeshcommBackend::beginOp(const OpInfo& op, const c10::cuda::CUDAStream& current) {
   TORCH_CHECK(state_->comm, "meshcomm: rank ", getRank(), ": ", op.name, ": process group was shut down");
   state_->throwIfFailed(op.name);
   if (!op.asyncOp && !coalescing_) return current;
-  // The internal stream starts after everything the caller enqueued so far.
-  std::shared_ptr<CUevent_st> ready = state_->events->acquire();
-  C10_CUDA_CHECK(cudaEventRecord(ready.get(), current.stream()));
-  C10_CUDA_CHECK(cudaStreamWaitEvent(internalStream_.stream(), ready.get(), 0));
-  return internalStream_;
+  return joinInternalStream(*state_->events, current, internalStream_);
 }
 
 c10::intrusive_ptr<::c10d::Work> MeshcommBackend::finishOp(const OpInfo& op,
@@ -215,23 +209,22 @@ c10::intrusive_ptr<::c10d::Work> MeshcommBackend::finishOp(const OpInfo& op,
                                                            std::vector<at::Tensor> outputs) {
   if (!onCurrentStream) {
     // The caching allocator must not hand these blocks out again before the internal stream is done.
-    for (const at::Tensor& t : inputs) recordStream(t, stream);
-    for (const at::Tensor& t : outputs) recordStream(t, stream);
+    recordStreams(inputs, stream);
+    recordStreams(outputs, stream);
   }
   ++seq_;
   if (coalescing_) {
     coalescedOutputs_.insert(coalescedOutputs_.end(), outputs.begin(), outputs.end());
-    return c10::make_intrusive<MeshcommWork>(state_, workSpec(op), coalescedEnd_, outputs);
+    return makeWork(op, coalescedEnd_, outputs);
   }
   auto end = std::make_shared<WorkEnd>(stream);
-  const WorkSpec spec = workSpec(op);
   if (op.asyncOp) {
-    end->record(*state_->events, capturing(stream));
-    watchdog_->track(end, spec);  // not in a capture (an event recorded there cannot be queried)
+    end->record(*state_->events, capturing(stream.stream()));
+    watchdog_->track(end, workSpec(op));  // not in a capture (an event recorded there cannot be queried)
   } else {
     end->deferred = true;  // ran on the caller's current stream (beginOp): recorded if someone asks
   }
-  return c10::make_intrusive<MeshcommWork>(state_, spec, std::move(end), std::move(outputs));
+  return makeWork(op, std::move(end), std::move(outputs));
 }
 
 }  // namespace meshcomm::torch_backend

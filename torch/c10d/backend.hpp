@@ -21,6 +21,7 @@
 #include "comm_state.hpp"
 #include "dtypes.hpp"
 #include "options.hpp"
+#include "reduce_op.hpp"
 #include "watchdog.hpp"
 #include "work.hpp"
 
@@ -154,6 +155,8 @@ class MeshcommBackend : public ::c10d::Backend {
                                             bool onCurrentStream, c10::ArrayRef<at::Tensor> inputs,
                                             std::vector<at::Tensor> outputs);
   WorkSpec workSpec(const OpInfo& op) const;
+  c10::intrusive_ptr<MeshcommWork> makeWork(const OpInfo& op, std::shared_ptr<WorkEnd> end,
+                                            std::vector<at::Tensor> outputs) const;
 
   std::shared_ptr<CommState> state_;
   c10::intrusive_ptr<MeshcommOptions> options_;

@@ -3,50 +3,11 @@
 // join the meshcomm group that endCoalescing() launches as one kernel.
 #include <c10/util/Exception.h>
 
-#include <numeric>
-
 #include "backend.hpp"
 #include "checks.hpp"
+#include "exchange.hpp"
 
 namespace meshcomm::torch_backend {
-
-namespace {
-
-// Rows (dim 0) per peer → element counts and displacements of a meshcomm alltoallv.
-void splitsToCounts(const OpContext& ctx, const char* argument, const std::vector<int64_t>& splits,
-                    const at::Tensor& t, size_t viewCount, int size, std::vector<size_t>& counts,
-                    std::vector<size_t>& displs) {
-  TORCH_CHECK(t.dim() >= 1, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument,
-              ": needs a tensor of at least one dimension");
-  const int64_t rows = t.size(0);
-  counts.assign(size, 0);
-  displs.assign(size, 0);
-  if (splits.empty()) {
-    TORCH_CHECK(rows % size == 0, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument, ": ", rows,
-                " rows do not split evenly over ", size, " ranks");
-  } else {
-    TORCH_CHECK(splits.size() == static_cast<size_t>(size), "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ",
-                argument, ": ", splits.size(), " split sizes, expected one per rank (", size, ")");
-    int64_t sum = 0;
-    for (int64_t s : splits) {
-      TORCH_CHECK(s >= 0, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument, ": negative split size ",
-                  s);
-      sum += s;
-    }
-    TORCH_CHECK(sum == rows, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": ", argument,
-                ": split sizes sum to ", sum, " but the tensor has ", rows, " rows");
-  }
-  const size_t perRow = rows > 0 ? viewCount / static_cast<size_t>(rows) : 0;
-  size_t offset = 0;
-  for (int p = 0; p < size; ++p) {
-    const size_t r = splits.empty() ? static_cast<size_t>(rows / size) : static_cast<size_t>(splits[p]);
-    counts[p] = r * perRow;
-    displs[p] = offset;
-    offset += counts[p];
-  }
-}
-
-}  // namespace
 
 c10::intrusive_ptr<::c10d::Work> MeshcommBackend::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                 std::vector<int64_t>& outputSplitSizes,
@@ -93,23 +54,7 @@ c10::intrusive_ptr<::c10d::Work> MeshcommBackend::alltoall(std::vector<at::Tenso
   checkNumel(context(name), "output_tensor_list[rank]", outputs[getRank()], inputs[getRank()].numel());
   // One group of sends and receives (the tensors are separate buffers); this rank's own part is a copy.
   return run({::c10d::OpType::ALLTOALL, name, opts.asyncOp, opts.timeout}, inputs, outputs,
-             [&](Comm& comm, cudaStream_t s) {
-               comm.groupStart();
-               try {
-                 for (int p = 0; p < getSize(); ++p) {
-                   if (p == getRank()) continue;
-                   const Elements send = movementView(inputs[p]);
-                   const Elements recv = movementView(outputs[p]);
-                   comm.send(send.data, send.count, send.dtype, p, s);
-                   comm.recv(recv.data, recv.count, recv.dtype, p, s);
-                 }
-               } catch (...) {
-                 comm.groupEnd();
-                 throw;
-               }
-               comm.groupEnd();
-               outputs[getRank()].copy_(inputs[getRank()], /*non_blocking=*/true);
-             });
+             [&](Comm& comm, cudaStream_t s) { exchangeLists(comm, inputs, outputs, s); });
 }
 
 c10::intrusive_ptr<::c10d::Work> MeshcommBackend::send(std::vector<at::Tensor>& tensors, int dstRank,

@@ -6,29 +6,14 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
-#include <thread>
+#include "host_wait.hpp"
+#include "op_stream.hpp"
 
 namespace meshcomm::torch_backend {
 
-namespace {
-
-bool capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  C10_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
-  return status != cudaStreamCaptureStatusNone;
-}
-
-}  // namespace
-
-void WorkEnd::record(EventPool& pool, bool capturingNow) {
-  if (!event) event = pool.acquire();
-  C10_CUDA_CHECK(cudaEventRecord(event.get(), stream.stream()));
-  captured = capturingNow;
-}
-
-MeshcommWork::MeshcommWork(std::shared_ptr<CommState> state, const WorkSpec& spec,
+MeshcommWork::MeshcommWork(std::shared_ptr<CommState> state, ::c10d::OpType type, const WorkSpec& spec,
                            std::shared_ptr<WorkEnd> end, std::vector<at::Tensor> outputs)
-    : ::c10d::Work(state->rank, spec.type),
+    : ::c10d::Work(state->rank, type),
       state_(std::move(state)),
       spec_(spec),
       end_(std::move(end)),
@@ -45,14 +30,6 @@ void MeshcommWork::requireRecorded() {
               ": waited on inside its coalescing block; wait on the work returned when the block ends");
 }
 
-bool MeshcommWork::eventDone() {
-  const cudaError_t err = queryEvent(end_->event.get());
-  if (err == cudaSuccess) return true;
-  if (err == cudaErrorNotReady) return false;
-  C10_CUDA_CHECK(err);
-  return false;
-}
-
 bool MeshcommWork::isCompleted() {
   if (end_->deferred) requireRecorded();
   if (end_->event == nullptr) return false;
@@ -62,7 +39,7 @@ bool MeshcommWork::isCompleted() {
     if (completed_) return true;
   }
   c10::cuda::CUDAGuard guard(state_->device);
-  if (!eventDone()) return false;
+  if (!eventDone(end_->event.get())) return false;
   std::lock_guard<std::mutex> lock(mutex_);
   completed_ = true;
   return true;
@@ -79,28 +56,15 @@ void MeshcommWork::streamWait() {
 
 void MeshcommWork::blockHost(std::chrono::milliseconds timeout) {
   requireRecorded();
-  c10::cuda::CUDAGuard guard(state_->device);
-  if (end_->captured || capturing(c10::cuda::getCurrentCUDAStream(state_->device.index()).stream())) return;
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(1);
-  while (!eventDone()) {
-    try {
-      state_->checkDeviceError();
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      exception_ = std::current_exception();
-      throw;
-    }
-    // A timeout belongs to this wait, not to the work: a later wait may still see the op complete.
-    if (timeout > std::chrono::milliseconds(0) && std::chrono::steady_clock::now() - start > timeout) {
-      C10_THROW_ERROR(
-          DistBackendError,
-          c10::str("meshcomm: rank ", state_->rank, ": ", spec_.name, " #", spec_.seq, ": timed out after ",
-                   timeout.count(), " ms waiting for the device (a peer may be missing this op)"));
-    }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(1000)) pause *= 2;
+  bool done = false;
+  try {
+    done = waitOnHost(*state_, *end_, timeout);
+  } catch (...) {  // a device error stays with the work
+    std::lock_guard<std::mutex> lock(mutex_);
+    exception_ = std::current_exception();
+    throw;
   }
+  if (!done) throwWaitTimeout(*state_, spec_, timeout);
   std::lock_guard<std::mutex> lock(mutex_);
   completed_ = true;
 }

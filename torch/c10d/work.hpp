@@ -20,35 +20,14 @@
 #include <vector>
 
 #include "comm_state.hpp"
+#include "work_end.hpp"
 
 namespace meshcomm::torch_backend {
 
-// Where a work ends: the op stream and the event recorded on it. Works issued inside a coalescing block
-// share one, recorded by endCoalescing().
-struct WorkEnd {
-  explicit WorkEnd(c10::cuda::CUDAStream s) : stream(s) {}
-  c10::cuda::CUDAStream stream;
-  std::shared_ptr<CUevent_st> event;  // null until recorded
-  bool captured = false;              // recorded during CUDA-graph capture
-  // A blocking op (async_op=False) ran on the caller's current stream, where the caller's next work is
-  // ordered after it anyway: its end is recorded only when something asks for it (host overhead).
-  bool deferred = false;
-
-  void record(EventPool& pool, bool capturing);
-};
-
-struct WorkSpec {
-  ::c10d::OpType type;
-  const char* name;
-  uint64_t seq;
-  std::chrono::milliseconds timeout;  // the op's timeout (for synchronize() and barrier)
-  bool blocking;                      // barrier: wait() blocks the host
-};
-
 class MeshcommWork : public ::c10d::Work {
  public:
-  MeshcommWork(std::shared_ptr<CommState> state, const WorkSpec& spec, std::shared_ptr<WorkEnd> end,
-               std::vector<at::Tensor> outputs);
+  MeshcommWork(std::shared_ptr<CommState> state, ::c10d::OpType type, const WorkSpec& spec,
+               std::shared_ptr<WorkEnd> end, std::vector<at::Tensor> outputs);
 
   bool isCompleted() override;
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
@@ -62,7 +41,6 @@ class MeshcommWork : public ::c10d::Work {
   void requireRecorded();
   void streamWait();
   void blockHost(std::chrono::milliseconds timeout);
-  bool eventDone();
 
   std::shared_ptr<CommState> state_;
   WorkSpec spec_;

@@ -35,7 +35,31 @@ def _register():
     dist.Backend.register_backend(BACKEND_NAME, _torch_backend._create_backend, extended_api=True, devices=["cuda"])
 
 
+def _split_sources_are_nccl_only():
+    """Lets NCCL groups be created on a device-bound meshcomm world (docs/torch.md, "Mixed backends").
+
+    torch (2.11) splits every new NCCL group from the default group's CUDA backend when that group is bound to
+    a device and its backend supports splitting, and hands that backend to ProcessGroupNCCL.Options.split_from,
+    which accepts only a ProcessGroupNCCL: with a meshcomm world, new_group(backend="nccl") failed with
+    "incompatible function arguments". Only an NCCL backend can be an NCCL split's source, so the source is
+    dropped when it is meshcomm's: NCCL then builds the group from the store, as without device_id. meshcomm
+    splits (split_group) do not use this function.
+    """
+    c10d = dist.distributed_c10d
+    original = getattr(c10d, "_get_split_source", None)
+    if original is None or getattr(original, "_meshcomm_nccl_only", False):
+        return
+
+    def _get_split_source(pg):
+        source = original(pg)
+        return None if isinstance(source, MeshcommBackend) else source
+
+    _get_split_source._meshcomm_nccl_only = True
+    c10d._get_split_source = _get_split_source
+
+
 _register()
+_split_sources_are_nccl_only()
 
 __all__ = [
     "BACKEND_NAME",

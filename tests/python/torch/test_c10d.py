@@ -531,6 +531,29 @@ def test_split_group_parity(world):
         assert_equal(x, sum(inputs[r] for r in mine), f"allreduce in split_group #{attempt}")
 
 
+def test_nccl_group_on_a_device_bound_meshcomm_world(world):
+    """Mixed backends: new_group(backend="nccl") on the device-bound cuda:meshcomm world (torch 2.11 tried to
+    split it from meshcomm's backend), then the same op on both groups gives the same result."""
+    torch, dist = world.torch, world.dist
+    if not dist.is_nccl_available():
+        pytest.skip("this torch has no NCCL")
+    nccl = dist.new_group(backend="nccl")
+    inputs = [seeded(world, r, 4099, torch.bfloat16, "mixed") for r in range(world.size)]
+    results = []
+    for group in (None, nccl):
+        x = on_gpu(world, inputs[world.rank])
+        dist.all_reduce(x, group=group)
+        out = torch.empty(4099 * world.size, dtype=torch.bfloat16, device=world.device)
+        dist.all_gather_into_tensor(out, x, group=group)
+        torch.cuda.synchronize()
+        results.append((x.cpu(), out.cpu()))
+    expected = sum(x.double() for x in inputs).to(torch.bfloat16)
+    assert_equal(results[0][0], expected, "allreduce on meshcomm")
+    for (m, n), what in zip(zip(*results), ("allreduce", "all_gather_into_tensor")):
+        assert_equal(n, m, f"{what}: NCCL vs meshcomm")
+    dist.destroy_process_group(nccl)
+
+
 # ---- a model --------------------------------------------------------------------------------------------
 
 

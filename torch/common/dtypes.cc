@@ -16,42 +16,43 @@ at::Tensor realView(const at::Tensor& t) {
   return isComplex(t.scalar_type()) ? at::view_as_real(t) : t;
 }
 
-ReduceOp baseOp(const OpContext& ctx, ::c10d::ReduceOp::RedOpType op, at::ScalarType type) {
+using Kind = ReduceRequest::Kind;
+
+ReduceOp baseOp(const OpContext& ctx, Kind kind, at::ScalarType type) {
   const bool isBool = type == at::kBool;
-  switch (op) {
-    case ::c10d::ReduceOp::SUM:
+  switch (kind) {
+    case Kind::Sum:
       return isBool ? ReduceOp::Max : ReduceOp::Sum;
-    case ::c10d::ReduceOp::PRODUCT:
+    case Kind::Product:
       return isBool ? ReduceOp::Min : ReduceOp::Prod;
-    case ::c10d::ReduceOp::MIN:
+    case Kind::Min:
       return ReduceOp::Min;
-    case ::c10d::ReduceOp::MAX:
+    case Kind::Max:
       return ReduceOp::Max;
-    case ::c10d::ReduceOp::AVG:
+    case Kind::Avg:
       TORCH_CHECK(!isBool, "meshcomm: rank ", ctx.rank, ": ", ctx.op,
                   ": op: AVG is not defined for torch.bool (use SUM or MAX)");
       return ReduceOp::Avg;
-    case ::c10d::ReduceOp::BAND:
-    case ::c10d::ReduceOp::BOR:
-    case ::c10d::ReduceOp::BXOR:
+    case Kind::BitwiseAnd:
+    case Kind::BitwiseOr:
+    case Kind::BitwiseXor:
       TORCH_CHECK(false, "meshcomm: rank ", ctx.rank, ": ", ctx.op,
                   ": op: bitwise reductions (BAND/BOR/BXOR) are not supported");
-    default:
-      TORCH_CHECK(false, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": op: unsupported ReduceOp value ",
-                  static_cast<int>(op));
+    case Kind::PreMulSum:
+      break;
   }
+  TORCH_CHECK(false, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": op: unsupported reduce op ",
+              static_cast<int>(kind));
 }
 
-ReduceOpSpec preMulSum(const OpContext& ctx, const ::c10d::ReduceOp& op, const at::Tensor& t,
+ReduceOpSpec preMulSum(const OpContext& ctx, const ReduceRequest& op, const at::Tensor& t,
                        at::Tensor& keepAlive) {
-  auto* supplement = dynamic_cast<::c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
-  TORCH_CHECK(supplement != nullptr, "meshcomm: rank ", ctx.rank, ": ", ctx.op,
-              ": op: PREMUL_SUM without a factor (create it with torch.distributed._make_nccl_premul_sum)");
-  TORCH_CHECK(!isComplex(t.scalar_type()) || !supplement->tensor_factor.defined(), "meshcomm: rank ",
-              ctx.rank, ": ", ctx.op,
-              ": op: PREMUL_SUM with a tensor factor is not supported for complex tensors");
-  if (!supplement->tensor_factor.defined()) return ReduceOpSpec::preMulSum(supplement->double_factor);
-  const at::Tensor& factor = supplement->tensor_factor;
+  TORCH_CHECK(op.scalarFactor.has_value() || op.tensorFactor.defined(), "meshcomm: rank ", ctx.rank, ": ",
+              ctx.op, ": op: PREMUL_SUM without a factor");
+  TORCH_CHECK(!isComplex(t.scalar_type()) || !op.tensorFactor.defined(), "meshcomm: rank ", ctx.rank, ": ",
+              ctx.op, ": op: PREMUL_SUM with a tensor factor is not supported for complex tensors");
+  if (!op.tensorFactor.defined()) return ReduceOpSpec::preMulSum(*op.scalarFactor);
+  const at::Tensor& factor = op.tensorFactor;
   TORCH_CHECK(factor.numel() == 1, "meshcomm: rank ", ctx.rank, ": ", ctx.op,
               ": op: PREMUL_SUM factor tensor has ", factor.numel(), " elements, expected 1");
   if (factor.device() == t.device() && factor.scalar_type() == t.scalar_type() && factor.is_contiguous()) {
@@ -61,6 +62,11 @@ ReduceOpSpec preMulSum(const OpContext& ctx, const ::c10d::ReduceOp& op, const a
     keepAlive = factor.to(t.device(), t.scalar_type()).contiguous();
   }
   return ReduceOpSpec::preMulSumDevice(keepAlive.data_ptr());
+}
+
+// c10d's rule (isComplexViewAsRealAllowed): the ops that act elementwise on the real view.
+bool complexAllowed(Kind kind) {
+  return kind == Kind::Sum || kind == Kind::Avg || kind == Kind::PreMulSum;
 }
 
 }  // namespace
@@ -111,7 +117,7 @@ Elements reductionElements(const at::Tensor& t) {
   return {view.data_ptr(), static_cast<size_t>(view.numel()), *dtype};
 }
 
-Reduction reductionView(const OpContext& ctx, const at::Tensor& t, const ::c10d::ReduceOp& op) {
+Reduction reductionView(const OpContext& ctx, const at::Tensor& t, const ReduceRequest& op) {
   const at::ScalarType type = t.scalar_type();
   TORCH_CHECK(
       meshcommType(realView(t).scalar_type()).has_value(), "meshcomm: rank ", ctx.rank, ": ", ctx.op,
@@ -119,15 +125,15 @@ Reduction reductionView(const OpContext& ctx, const at::Tensor& t, const ::c10d:
       " cannot be reduced (supported: float32/16/64, bfloat16, fp8 e4m3fn/e5m2, int8/32/64, uint8/32/64, "
       "bool, complex64/128)");
   if (isComplex(type)) {
-    TORCH_CHECK(::c10d::isComplexViewAsRealAllowed(op), "meshcomm: rank ", ctx.rank, ": ", ctx.op,
+    TORCH_CHECK(complexAllowed(op.kind), "meshcomm: rank ", ctx.rank, ": ", ctx.op,
                 ": op: only SUM, AVG and PREMUL_SUM reduce complex tensors");
   }
   Reduction r;
   r.elements = reductionElements(t);
-  if (op.op_ == ::c10d::ReduceOp::PREMUL_SUM) {
+  if (op.kind == Kind::PreMulSum) {
     r.op = preMulSum(ctx, op, t, r.keepAlive);
   } else {
-    r.op = ReduceOpSpec(baseOp(ctx, op.op_, type));
+    r.op = ReduceOpSpec(baseOp(ctx, op.kind, type));
   }
   return r;
 }

@@ -1,7 +1,8 @@
-// CommState: what a meshcomm process group shares with its work objects: the meshcomm Comm (one per group,
-// on the group's CUDA device), the mutex that serialises every use of it (c10d calls ops from several
-// threads, e.g. DDP's autograd hooks; a Comm is driven by one thread at a time), and the event pool.
-// Works hold it through shared_ptr, so a work that outlives its process group can still be waited on.
+// CommState: what a meshcomm group (a c10d process group or a torchcomms communicator) shares with its work
+// objects: the meshcomm Comm (one per group, on the group's CUDA device), the mutex that serialises every use
+// of it (c10d calls ops from several threads, e.g. DDP's autograd hooks; a Comm is driven by one thread at a
+// time), the event pool and the failure its watchdog recorded. Works hold it through shared_ptr, so a work
+// that outlives its group can still be waited on.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -15,7 +16,7 @@
 
 #include "event_pool.hpp"
 #include "meshcomm/comm.hpp"
-#include "options.hpp"
+#include "meshcomm/comm_resources.hpp"
 
 namespace meshcomm::torch_backend {
 
@@ -53,10 +54,11 @@ struct CommState {
 };
 
 // Collective over the `size` ranks that share `store`: rank 0 creates a meshcomm UniqueId and publishes it
-// in the store, every rank joins the TcpBootstrap and builds its Comm on `device`. Errors (a store timeout,
-// a bootstrap failure) become c10::DistBackendError naming the rank.
-std::unique_ptr<Comm> createComm(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                                 const at::Device& device, const MeshcommOptions& options);
+// in the store under `key`, every rank joins the TcpBootstrap and builds its Comm on `device` with
+// `resources`. Errors (a store timeout, a bootstrap failure) become c10::DistBackendError naming the rank.
+std::unique_ptr<Comm> createComm(const c10::intrusive_ptr<::c10d::Store>& store, const std::string& key,
+                                 int rank, int size, const at::Device& device,
+                                 const CommResourcesConfig& resources);
 
 [[noreturn]] void rethrowAsDistBackendError(const std::exception& e);
 

@@ -13,18 +13,17 @@ namespace meshcomm::torch_backend {
 
 namespace {
 
-constexpr const char* kUniqueIdKey = "meshcomm/unique_id";
-
-UniqueId exchangeUniqueId(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size) {
+UniqueId exchangeUniqueId(const c10::intrusive_ptr<::c10d::Store>& store, const std::string& key, int rank,
+                          int size) {
   UniqueId id;
   if (rank == 0) {
     id = TcpBootstrap::createUniqueId(size);
-    store->set(kUniqueIdKey, std::vector<uint8_t>(id.bytes.begin(), id.bytes.end()));
+    store->set(key, std::vector<uint8_t>(id.bytes.begin(), id.bytes.end()));
     return id;
   }
-  const std::vector<uint8_t> bytes = store->get(kUniqueIdKey);  // waits up to the store's timeout
-  TORCH_CHECK(bytes.size() == id.bytes.size(), "meshcomm: rank ", rank, ": init: store key ", kUniqueIdKey,
-              " holds ", bytes.size(), " bytes, expected ", id.bytes.size());
+  const std::vector<uint8_t> bytes = store->get(key);  // waits up to the store's timeout
+  TORCH_CHECK(bytes.size() == id.bytes.size(), "meshcomm: rank ", rank, ": init: store key ", key, " holds ",
+              bytes.size(), " bytes, expected ", id.bytes.size());
   std::memcpy(id.bytes.data(), bytes.data(), id.bytes.size());
   return id;
 }
@@ -71,16 +70,15 @@ void rethrowAsDistBackendError(const std::exception& e) {
   C10_THROW_ERROR(DistBackendError, std::string("meshcomm: ") + e.what());
 }
 
-std::unique_ptr<Comm> createComm(const c10::intrusive_ptr<::c10d::Store>& store, int rank, int size,
-                                 const at::Device& device, const MeshcommOptions& options) {
+std::unique_ptr<Comm> createComm(const c10::intrusive_ptr<::c10d::Store>& store, const std::string& key,
+                                 int rank, int size, const at::Device& device,
+                                 const CommResourcesConfig& resources) {
   return translateErrors([&] {
-    const UniqueId id = exchangeUniqueId(store, rank, size);
+    const UniqueId id = exchangeUniqueId(store, key, rank, size);
     auto bootstrap = std::make_shared<TcpBootstrap>(rank, size, id);
     CommConfig config;
     config.cudaDevice = device.index();
-    config.resources.scratchBytes = options.scratchBytes;
-    config.resources.packetBytes = options.packetBytes;
-    config.resources.channelsPerPeer = options.channelsPerPeer;
+    config.resources = resources;
     return std::make_unique<Comm>(std::move(bootstrap), config);
   });
 }

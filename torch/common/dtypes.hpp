@@ -1,11 +1,11 @@
 // Conversion of torch tensors and reduce ops to the meshcomm element view a Comm call takes. Data movement
 // (allgather, broadcast, alltoall, send/recv, ...) works on any dtype: a dtype meshcomm has no type for moves
 // as bytes. Reductions need a meshcomm type: bool reduces as uint8 with SUM→MAX and PRODUCT→MIN (as
-// ProcessGroupNCCL), complex SUM/AVG/PREMUL_SUM reduce the real view, anything else is an error.
+// ProcessGroupNCCL), complex SUM/AVG/PREMUL_SUM reduce the real view, anything else is an error. The reduce
+// op comes as a ReduceRequest, which each face builds from its own ReduceOp type (c10d's, torchcomms').
 #pragma once
 
 #include <ATen/ATen.h>
-#include <torch/csrc/distributed/c10d/Types.hpp>
 
 #include <cstddef>
 #include <optional>
@@ -33,6 +33,14 @@ struct OpContext {
   const char* op;
 };
 
+// A reduce op as the faces name it. PREMUL_SUM carries a host factor or a one-element tensor factor.
+struct ReduceRequest {
+  enum class Kind { Sum, Product, Min, Max, Avg, PreMulSum, BitwiseAnd, BitwiseOr, BitwiseXor };
+  Kind kind = Kind::Sum;
+  std::optional<double> scalarFactor;  // PreMulSum with a host factor
+  at::Tensor tensorFactor;             // PreMulSum with a tensor factor (defined)
+};
+
 // A reduction: the elements to reduce and the meshcomm operator. `keepAlive` holds a device copy of a
 // PREMUL_SUM tensor factor that had another dtype or device; it must live until the kernel has run.
 struct Reduction {
@@ -41,7 +49,7 @@ struct Reduction {
   at::Tensor keepAlive;
 };
 
-Reduction reductionView(const OpContext& ctx, const at::Tensor& t, const ::c10d::ReduceOp& op);
+Reduction reductionView(const OpContext& ctx, const at::Tensor& t, const ReduceRequest& op);
 
 // The same reduction applied to another tensor of the same dtype (reduce_scatter's output).
 Elements reductionElements(const at::Tensor& t);

@@ -35,8 +35,14 @@ const char* asyncErrorHandlingName(AsyncErrorHandling mode) {
 }
 
 Watchdog::Watchdog(std::shared_ptr<CommState> state, Comm& comm, AsyncErrorHandling mode,
-                   std::chrono::milliseconds interval)
-    : state_(std::move(state)), comm_(comm), mode_(mode), interval_(interval) {
+                   std::string modeSource, std::chrono::milliseconds interval,
+                   std::function<void()> beforeTerminate)
+    : state_(std::move(state)),
+      comm_(comm),
+      mode_(mode),
+      modeSource_(std::move(modeSource)),
+      interval_(interval),
+      beforeTerminate_(std::move(beforeTerminate)) {
   if (interval_.count() > 0) thread_ = std::thread([this] { run(); });
 }
 
@@ -54,11 +60,13 @@ void Watchdog::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Watchdog::track(std::shared_ptr<WorkEnd> end, const WorkSpec& spec) {
-  if (!thread_.joinable() || spec.timeout.count() <= 0 || end->event == nullptr || end->captured) return;
-  const auto deadline = std::chrono::steady_clock::now() + spec.timeout;
+void Watchdog::track(std::shared_ptr<WorkEnd> end, const WorkSpec& spec, OnDone onDone) {
+  if (!thread_.joinable() || end->event == nullptr || end->captured) return;
+  if (spec.timeout.count() <= 0 && !onDone) return;  // nothing to watch for
+  const auto deadline = spec.timeout.count() > 0 ? std::chrono::steady_clock::now() + spec.timeout
+                                                 : std::chrono::steady_clock::time_point::max();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!stop_) tracked_.push_back(Tracked{std::move(end), spec, deadline});
+  if (!stop_) tracked_.push_back(Tracked{std::move(end), spec, deadline, std::move(onDone)});
 }
 
 void Watchdog::run() {
@@ -71,7 +79,10 @@ void Watchdog::run() {
   while (!stop_) {
     if (wake_.wait_for(lock, interval_, [&] { return stop_; })) break;
     lock.unlock();
-    const Failure failure = findFailure();
+    std::vector<OnDone> completed;
+    const Failure failure = findFailure(completed);
+    for (OnDone& done : completed) done(WorkOutcome::Completed);
+    completed.clear();
     if (!failure.what.empty()) {
       handle(failure);
       return;  // the group is failed: nothing more to watch
@@ -80,7 +91,7 @@ void Watchdog::run() {
   }
 }
 
-Watchdog::Failure Watchdog::findFailure() {
+Watchdog::Failure Watchdog::findFailure(std::vector<OnDone>& completed) {
   try {
     comm_.checkError();  // reads the host-mapped device error report: safe beside the owner thread
   } catch (const Error& e) {
@@ -94,6 +105,7 @@ Watchdog::Failure Watchdog::findFailure() {
     const Tracked& t = tracked_[i];
     const cudaError_t err = queryEvent(t.end->event.get());
     if (err == cudaSuccess) {
+      if (tracked_[i].onDone) completed.push_back(std::move(tracked_[i].onDone));
       tracked_[i] = std::move(tracked_.back());
       tracked_.pop_back();
       continue;
@@ -108,7 +120,7 @@ Watchdog::Failure Watchdog::findFailure() {
       return {c10::str("timeout: rank ", state_->rank, ": ", t.spec.name, " #", t.spec.seq,
                        " did not complete within its timeout of ", t.spec.timeout.count(),
                        " ms (a peer may be missing this op)"),
-              true};
+              true, i};
     }
     ++i;
   }
@@ -117,7 +129,17 @@ Watchdog::Failure Watchdog::findFailure() {
 
 void Watchdog::handle(const Failure& failure) {
   state_->recordFailure(failure.what, failure.timedOut);
-  const int mode = static_cast<int>(mode_);
+  std::vector<std::pair<OnDone, WorkOutcome>> outcomes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < tracked_.size(); ++i) {
+      if (!tracked_[i].onDone) continue;
+      outcomes.emplace_back(std::move(tracked_[i].onDone),
+                            i == failure.timedOutIndex ? WorkOutcome::TimedOut : WorkOutcome::Failed);
+    }
+    tracked_.clear();
+  }
+  for (auto& [done, outcome] : outcomes) done(outcome);
   const char* consequence = "";
   switch (mode_) {
     case AsyncErrorHandling::NoHandling:
@@ -127,21 +149,26 @@ void Watchdog::handle(const Failure& failure) {
       consequence = "aborting the group's Comm; its next op or wait raises DistBackendError";
       break;
     case AsyncErrorHandling::TearDown:
-      consequence =
-          "aborting the group's Comm and taking the process down so that no rank goes on with "
-          "inconsistent data (2 aborts the group and raises instead)";
+      consequence = failure.timedOut
+                        ? "aborting the group's Comm, then Aborting process due to timeout (no rank goes on "
+                          "with inconsistent data)"
+                        : "aborting the group's Comm, then Aborting process due to error (no rank goes on "
+                          "with inconsistent data)";
       break;
     case AsyncErrorHandling::SkipCleanUp:
-      consequence =
-          "taking the process down so that no rank goes on with inconsistent data (2 aborts the "
-          "group and raises instead)";
+      consequence = failure.timedOut
+                        ? "Aborting process due to timeout (no rank goes on with inconsistent data)"
+                        : "Aborting process due to error (no rank goes on with inconsistent data)";
       break;
   }
-  std::fprintf(stderr, "meshcomm: rank %d: watchdog: %s; MESHCOMM_TORCH_ASYNC_ERROR_HANDLING=%d (%s): %s\n",
-               state_->rank, failure.what.c_str(), mode, asyncErrorHandlingName(mode_), consequence);
+  std::fprintf(stderr, "meshcomm: rank %d: watchdog: %s; %s (%s): %s\n", state_->rank, failure.what.c_str(),
+               modeSource_.c_str(), asyncErrorHandlingName(mode_), consequence);
   std::fflush(stderr);
   if (mode_ == AsyncErrorHandling::CleanUpOnly || mode_ == AsyncErrorHandling::TearDown) comm_.abort();
-  if (mode_ == AsyncErrorHandling::TearDown || mode_ == AsyncErrorHandling::SkipCleanUp) std::abort();
+  if (mode_ == AsyncErrorHandling::TearDown || mode_ == AsyncErrorHandling::SkipCleanUp) {
+    if (beforeTerminate_) beforeTerminate_();
+    std::abort();
+  }
 }
 
 }  // namespace meshcomm::torch_backend
