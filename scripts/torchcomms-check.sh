@@ -17,7 +17,7 @@
 # recorded and the script goes on; exit 1 at the end if any failed.
 # Environment: TORCH_PYTHON (default: the first python that imports torch), MESHCOMM_TORCHCOMMS_INCLUDE_DIR
 # (required), BUILD_DIR (default REPO/build-torchcomms), PREBUILT=1 (use BUILD_DIR as it is), JOBS, NPROC
-# (ranks; default: all GPUs), TORCHCOMMS_CHECKS (a subset of "window ours c10d conformance bench"),
+# (ranks; default: all GPUs), TORCHCOMMS_CHECKS (a subset of "window ours c10d conformance megatron bench"),
 # CONFORMANCE_FILES (test file names, default: every *Test.py), BENCH_ARGS (extra torchcomms_bench.py args).
 set -u -o pipefail
 
@@ -50,9 +50,9 @@ if [[ ${NGPUS:-0} -lt 2 ]]; then
 fi
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
 TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node "$NP")
-CHECKS=${TORCHCOMMS_CHECKS:-window ours c10d conformance bench}
+CHECKS=${TORCHCOMMS_CHECKS:-window ours c10d conformance megatron bench}
 want() { [[ " $CHECKS " == *" $1 "* ]]; }
-for f in build window ours c10d conformance bench; do : >"$OUT/$f.log"; done
+for f in build window ours c10d conformance megatron bench; do : >"$OUT/$f.log"; done
 
 # ---- build ---------------------------------------------------------------------------------------------
 if [[ ${PREBUILT:-0} == 1 ]]; then
@@ -123,6 +123,28 @@ if want conformance; then
   done
   if [[ $failed_files -eq 0 ]]; then RC=0; else RC=1; fi
   record conformance "$(result_of "$RC")" $(($(date +%s) - t)) "$failed_files file(s) failed (conformance.md)"
+fi
+
+# ---- Megatron-core through the torchcomms routing ------------------------------------------------------
+if want megatron; then
+  MEGA=$REPO/bench/torch/megatron_losses.py
+  run_step "$OUT/megatron.log" "$PY" "$MEGA" --probe
+  if [[ $RC -eq 77 ]]; then
+    record megatron SKIP "$SECS" "megatron-core does not import (megatron.log)"
+  else
+    t=$(date +%s)
+    run_step "$OUT/megatron.log" timeout 900 "${TORCHRUN[@]}" "$MEGA" --backend nccl --out "$OUT/megatron_nccl.json"
+    rc1=$RC
+    run_step "$OUT/megatron.log" timeout 900 "${TORCHRUN[@]}" "$MEGA" --backend meshcomm --torchcomms \
+      --out "$OUT/megatron_torchcomms.json"
+    rc2=$RC
+    RC=1
+    if [[ $rc1 -eq 0 && $rc2 -eq 0 ]]; then
+      run_step "$OUT/megatron.log" "$PY" "$MEGA" --compare "$OUT/megatron_nccl.json" "$OUT/megatron_torchcomms.json" \
+        --rtol 1e-3
+    fi
+    record megatron "$(result_of "$RC")" $(($(date +%s) - t)) "NCCL (c10d) vs meshcomm (torchcomms routing), 50 steps"
+  fi
 fi
 
 # ---- benchmark -----------------------------------------------------------------------------------------

@@ -5,6 +5,8 @@ comparison and the JSON are train_losses.py's):
     torchrun --nproc_per_node 4 bench/torch/megatron_losses.py --backend nccl --out nccl.json
     # meshcomm's c10d backend (PYTHONPATH=<build>/python):
     torchrun --nproc_per_node 4 bench/torch/megatron_losses.py --backend meshcomm --out meshcomm.json
+    # meshcomm through torch.distributed's torchcomms routing (torchcomms installed; docs/torchcomms.md):
+    torchrun --nproc_per_node 4 bench/torch/megatron_losses.py --backend meshcomm --torchcomms --out tc.json
     python3 bench/torch/megatron_losses.py --compare nccl.json meshcomm.json --rtol 1e-3 [--max-time-ratio 1.0]
 
 Needs megatron-core (`pip install megatron-core`; written against 0.16.1, builds with 0.19.2 too) and what
@@ -120,7 +122,7 @@ def train(args):
     import torch
     import torch.distributed as dist
 
-    local, rank, world = init_distributed(torch, dist, args.backend)
+    local, rank, world = init_distributed(torch, dist, args.backend, args.torchcomms)
     tp = args.tp or world
     if world % tp:
         raise SystemExit(f"--tp {tp} does not divide the {world} ranks")
@@ -151,7 +153,7 @@ def train(args):
 
     losses, times = timed_steps(torch, dist, args.steps, lambda: batch_of(torch, g, vocab, batch, seq), step)
     report(torch, args, "megatron", rank, world, losses, times, tp=tp, sequence_parallel=tp > 1,
-           megatron_core=mc.version)
+           megatron_core=mc.version, torchcomms_routing=args.torchcomms)
     ps.destroy_model_parallel()
     dist.destroy_process_group()
 

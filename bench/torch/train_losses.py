@@ -59,14 +59,23 @@ def wrap(torch, model, parallel, local, group=None):
     return model
 
 
-def init_distributed(torch, dist, backend):
+def init_distributed(torch, dist, backend, torchcomms=False):
     """This rank's GPU (LOCAL_RANK) and the default group with `backend` for CUDA tensors (gloo for CPU ones);
-    returns (local rank, rank, world size)."""
+    returns (local rank, rank, world size). With `torchcomms`, torch.distributed routes every group through
+    torchcomms (torch.distributed.config.use_torchcomms; docs/torchcomms.md) and the world is CUDA-only:
+    under that routing torch 2.11 builds CPU groups with torchcomms' gloo backend, which cannot form subgroups."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
+    device = torch.device("cuda", local)
+    if torchcomms:
+        import torch.distributed.config as dist_config
+
+        dist_config.use_torchcomms = True
+        dist.init_process_group(f"cuda:{backend}", device_id=device)
+        return local, dist.get_rank(), dist.get_world_size()
     if backend == "meshcomm":
         import meshcomm.torch  # noqa: F401  registers the backend
-    dist.init_process_group(f"cpu:gloo,cuda:{backend}", device_id=torch.device("cuda", local))
+    dist.init_process_group(f"cpu:gloo,cuda:{backend}", device_id=device)
     return local, dist.get_rank(), dist.get_world_size()
 
 
@@ -231,6 +240,8 @@ def add_run_arguments(ap):
     """The options every loss check shares: the run (steps, backend, --expect-shim, --out) and --compare."""
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--backend", default="nccl", help="c10d backend of the CUDA tensors: nccl or meshcomm")
+    ap.add_argument("--torchcomms", action="store_true",
+                    help="route torch.distributed through torchcomms (the backend is then torchcomms' one)")
     ap.add_argument("--expect-shim", action="store_true", help="fail unless libmeshcomm_nccl is mapped")
     ap.add_argument("--out", default="losses.json")
     ap.add_argument("--compare", nargs=2, metavar=("A", "B"),
