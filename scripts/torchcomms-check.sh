@@ -91,7 +91,7 @@ fi
 # ---- our torchcomms suite, and the c10d suite ----------------------------------------------------------
 summary_of() { grep -E '^[0-9]+ (passed|failed|skipped)|[0-9]+ passed|[0-9]+ failed' "$1" | tail -1; }
 if want ours; then
-  run_step "$OUT/ours.log" timeout 1800 "${TORCHRUN[@]}" -m pytest -q -rs -x "$REPO/tests/python/torchcomms"
+  run_step "$OUT/ours.log" timeout 1800 "${TORCHRUN[@]}" -m pytest -q -rs -p timeout --timeout 300 "$REPO/tests/python/torchcomms"
   record ours "$(result_of "$RC")" "$SECS" "$(summary_of "$OUT/ours.log") (per rank)"
 fi
 if want c10d; then

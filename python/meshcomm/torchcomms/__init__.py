@@ -52,7 +52,12 @@ def check_torchcomms_version(installed=None):
 
 def _c10d_group():
     """(group_rank, group_size) of the torch.distributed group the calling thread is creating for meshcomm,
-    read from torch's _new_process_group_helper frame; None when the call does not come from there."""
+    read from torch's _new_process_group_helper frame; None when the call does not come from there.
+
+    Raises RuntimeError for a group of several backends (e.g. "cpu:gloo,cuda:meshcomm"): torch 2.11's routing
+    registers every torchcomms communicator as backend type CUSTOM and a group keeps one backend per type, so
+    both devices would end up on one communicator (torch asserts on bound device ids, or, without device_id,
+    sends CUDA tensors to the first backend)."""
     frame = sys._getframe(1)
     while frame is not None:
         if (
@@ -62,6 +67,16 @@ def _c10d_group():
             local = frame.f_locals
             if local.get("backend_str") != BACKEND_NAME:
                 return None
+            config = local.get("backend_config")
+            backends = set(config.get_device_backend_map().values()) if config is not None else set()
+            if len(backends) > 1:
+                raise RuntimeError(
+                    f"meshcomm: rank {local.get('group_rank')}: init: the process group's backends "
+                    f"'{config}' cannot be routed through torchcomms by this torch: it keeps one torchcomms "
+                    "communicator per group for every device, so CUDA tensors would not reach meshcomm. Use "
+                    "'cuda:meshcomm' alone, and create CPU (gloo) groups with "
+                    "torch.distributed.config.use_torchcomms = False (docs/torchcomms.md)"
+                )
             return int(local["group_rank"]), int(local["group_size"])
         frame = frame.f_back
     return None

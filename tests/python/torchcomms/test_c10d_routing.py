@@ -1,6 +1,7 @@
 """torch.distributed routed through torchcomms (torch 2.11, dist.config.use_torchcomms, as
-TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 sets it): init_process_group("cpu:gloo,cuda:meshcomm") builds the world
-with torchcomms.new_comm("meshcomm"); c10d ops, split_group, new_group subsets and NCCL groups beside it.
+TORCH_DISTRIBUTED_USE_TORCHCOMMS=1 sets it): init_process_group("cuda:meshcomm") builds the world with
+torchcomms.new_comm("meshcomm"); c10d ops, split_group, new_group subsets, NCCL groups beside it, CPU groups
+made with the routing off, and a clear refusal of a multi-backend group torch 2.11 cannot route.
 
 Run: PYTHONPATH=<build>/python torchrun --nproc-per-node=<GPUs> -m pytest -q tests/python/torchcomms
 (The module sets use_torchcomms itself and tears its world down at its end.)
@@ -26,12 +27,8 @@ def world(comms):
 
     if not hasattr(dist_config, "use_torchcomms"):
         pytest.skip("this torch has no torchcomms routing (torch.distributed.config.use_torchcomms)")
-    try:
-        import torchcomms._comms_gloo  # noqa: F401  (cpu:gloo under the routing is torchcomms' gloo backend)
-    except ImportError as e:
-        pytest.skip(f"torchcomms was built without its gloo backend ({e})")
     dist_config.use_torchcomms = True
-    dist.init_process_group("cpu:gloo,cuda:meshcomm", device_id=comms.device, timeout=timedelta(seconds=300))
+    dist.init_process_group("cuda:meshcomm", device_id=comms.device, timeout=timedelta(seconds=300))
     yield World(comms, dist)
     dist.destroy_process_group()
     dist_config.use_torchcomms = False
@@ -56,10 +53,28 @@ def test_world_ops_run_on_meshcomm(world):
     same(gathered, torch.cat(inputs), "dist.all_gather_into_tensor")
     same(shard, sum(inputs), "dist.reduce_scatter_tensor")
     same(bc, inputs[n - 1], "dist.broadcast")
-    cpu = torch.full((5,), float(world.rank))
-    dist.all_reduce(cpu)  # gloo
-    same(cpu, torch.full((5,), float(sum(range(n)))), "dist.all_reduce of a CPU tensor (gloo)")
     dist.barrier()
+
+
+def test_cpu_groups_with_the_routing_off_and_multi_backend_groups_refused(world):
+    comms, dist = world.comms, world.dist
+    torch = comms.torch
+    import torch.distributed.config as dist_config
+
+    dist_config.use_torchcomms = False
+    try:
+        gloo = dist.new_group(backend="gloo")  # torch's ProcessGroupGloo beside the routed world
+    finally:
+        dist_config.use_torchcomms = True
+    cpu = torch.full((5,), float(world.rank))
+    dist.all_reduce(cpu, group=gloo)
+    same(cpu, torch.full((5,), float(sum(range(world.size)))), "all_reduce of a CPU tensor on gloo")
+    try:
+        import torchcomms._comms_gloo  # noqa: F401
+    except ImportError:
+        return  # no torchcomms gloo backend: torch refuses the cpu part itself
+    with pytest.raises(RuntimeError, match="cannot be routed through torchcomms by this torch"):
+        dist.new_group(backend="cpu:gloo,cuda:meshcomm")
 
 
 def test_all_to_all_single_with_splits(world):
