@@ -100,29 +100,20 @@ if want c10d; then
 fi
 
 # ---- torchcomms' own integration tests with TEST_BACKEND=meshcomm --------------------------------------
+# One pytest run over the test files (torchrun starts once), from the tests' directory: they import their
+# helpers from the installed torchcomms package. Each rank's output goes to its own file (torchrun --log-dir);
+# rank 0's pytest summary (-rA) gives the per-file counts and the skip reasons in conformance.md.
 if want conformance; then
   TESTS=$TC_SRC/comms/torchcomms/tests/integration/py
-  {
-    echo "| file | passed | failed | skipped | exit |"
-    echo "|---|---:|---:|---:|---:|"
-  } >"$OUT/conformance.md"
-  failed_files=0
-  t=$(date +%s)
-  # Run from the checkout's comms/ directory's parent so that `torchcomms.tests...` imports resolve to the
-  # installed torchcomms package (the tests import their helpers from it).
-  for file in ${CONFORMANCE_FILES:-$(cd "$TESTS" && ls ./*Test.py | xargs -n1 basename)}; do
-    log=$OUT/conformance.log
-    echo "### $file" >>"$log"
-    (cd "$TESTS" && TEST_BACKEND=meshcomm TEST_DEVICE=cuda timeout 900 "${TORCHRUN[@]}" -m pytest -q -rs \
-      -p no:cacheprovider "$file") >>"$log" 2>&1
-    rc=$?
-    line=$(grep -E '[0-9]+ (passed|failed|skipped|error)' "$log" | tail -1)
-    count() { echo "$line" | grep -oE "[0-9]+ $1" | grep -oE '[0-9]+' | head -1; }
-    echo "| $file | $(count passed) | $(count failed) | $(count skipped) | $rc |" >>"$OUT/conformance.md"
-    [[ $rc -ne 0 && $rc -ne 5 ]] && failed_files=$((failed_files + 1))
-  done
-  if [[ $failed_files -eq 0 ]]; then RC=0; else RC=1; fi
-  record conformance "$(result_of "$RC")" $(($(date +%s) - t)) "$failed_files file(s) failed (conformance.md)"
+  FILES=${CONFORMANCE_FILES:-$(cd "$TESTS" && ls ./*Test.py | xargs -n1 basename | tr '\n' ' ')}
+  rm -rf "$OUT/conformance_ranks"
+  # shellcheck disable=SC2086
+  run_step "$OUT/conformance.log" bash -c "cd '$TESTS' && TEST_BACKEND=meshcomm TEST_DEVICE=cuda timeout 1500 \
+    ${TORCHRUN[*]} --log-dir '$OUT/conformance_ranks' -r 3 -m pytest -q -rA -p no:cacheprovider -p timeout \
+    --timeout 240 $FILES"
+  rank0=$(find "$OUT/conformance_ranks" -path '*/0/stdout.log' | head -1)
+  "$PY" "$REPO/scripts/lib/pytest_summary.py" "${rank0:-/dev/null}" $FILES >"$OUT/conformance.md"
+  record conformance "$(result_of "$RC")" "$SECS" "$(tail -1 "$OUT/conformance.md")"
 fi
 
 # ---- Megatron-core through the torchcomms routing ------------------------------------------------------

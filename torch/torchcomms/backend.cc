@@ -25,9 +25,10 @@ namespace {
 
 constexpr const char* kVersion = MESHCOMM_VERSION;
 
-// The device a communicator runs on: an indexed CUDA device as given, an index-less one as rank % count (as
-// torchcomms' NCCL backend does).
-at::Device commDevice(const at::Device& device, int rank) {
+// The device a communicator runs on: an indexed CUDA device as given; an index-less one is the group's
+// (c10d routing: its bound device, else the current one), else rank % count (as torchcomms' NCCL backend).
+at::Device commDevice(const at::Device& device, const GroupRank& group) {
+  const int rank = group.rank;
   TORCH_CHECK(
       device.is_cuda(), "meshcomm: rank ", rank, ": init: device ", device,
       " is not a CUDA device (meshcomm runs CUDA tensors only; use torchcomms' gloo backend for CPU)");
@@ -37,6 +38,11 @@ at::Device commDevice(const at::Device& device, int rank) {
     TORCH_CHECK(device.index() < count, "meshcomm: rank ", rank, ": init: device ", device, " but only ",
                 count, " CUDA devices are visible");
     return device;
+  }
+  if (group.device >= 0) {
+    TORCH_CHECK(group.device < count, "meshcomm: rank ", rank, ": init: the group's device cuda:", group.device,
+                " but only ", count, " CUDA devices are visible");
+    return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(group.device));
   }
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank % count));
 }
@@ -126,7 +132,7 @@ void MeshcommTorchComm::init(at::Device device, const std::string& name,
               group.rank, " of ", group.size, " (from ", group.source, ") is out of range");
   rank_ = group.rank;
   size_ = group.size;
-  const at::Device cudaDevice = commDevice(device, rank_);
+  const at::Device cudaDevice = commDevice(device, group);
   settings_ = commSettings(rank_, options.hints);
   c10::cuda::CUDAGuard guard(cudaDevice);
   // Rank 0 publishes the UniqueId in the given store, or in the TCPStore on MASTER_ADDR/MASTER_PORT (as

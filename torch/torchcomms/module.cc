@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "group_rank.hpp"
@@ -23,8 +24,8 @@ std::optional<meshcomm::torch_backend::GroupRank> groupFromPython() {
   py::gil_scoped_acquire gil;  // new_comm released it; this thread still has its Python frames
   const py::object answer = (*groupSourceFunction)();
   if (answer.is_none()) return std::nullopt;
-  const auto [rank, size] = answer.cast<std::pair<int, int>>();
-  return meshcomm::torch_backend::GroupRank{rank, size, "torch.distributed's group being created"};
+  const auto [rank, size, device] = answer.cast<std::tuple<int, int, int>>();
+  return meshcomm::torch_backend::GroupRank{rank, size, "torch.distributed's group being created", device};
 }
 
 }  // namespace
@@ -42,6 +43,6 @@ PYBIND11_MODULE(_torchcomms_backend, m) {
         meshcomm::torch_backend::setGroupSource(groupFromPython);
       },
       py::arg("source"),
-      "Installs a callable returning (group_rank, group_size) of the c10d group the calling thread is "
-      "creating, or None (docs/torchcomms.md, torch 2.11's routing)");
+      "Installs a callable returning (group_rank, group_size, cuda_device) of the c10d group the calling "
+      "thread is creating, or None (docs/torchcomms.md, torch 2.11's routing)");
 }

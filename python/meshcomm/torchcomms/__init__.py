@@ -51,8 +51,10 @@ def check_torchcomms_version(installed=None):
 
 
 def _c10d_group():
-    """(group_rank, group_size) of the torch.distributed group the calling thread is creating for meshcomm,
-    read from torch's _new_process_group_helper frame; None when the call does not come from there.
+    """(group_rank, group_size, cuda_device) of the torch.distributed group the calling thread is creating for
+    meshcomm, read from torch's _new_process_group_helper frame (torch 2.11's routing passes the backend an
+    index-less device: the group's device_id, else the current device); None when the call does not come
+    from there.
 
     Raises RuntimeError for a group of several backends (e.g. "cpu:gloo,cuda:meshcomm"): torch 2.11's routing
     registers every torchcomms communicator as backend type CUSTOM and a group keeps one backend per type, so
@@ -77,9 +79,18 @@ def _c10d_group():
                     "'cuda:meshcomm' alone, and create CPU (gloo) groups with "
                     "torch.distributed.config.use_torchcomms = False (docs/torchcomms.md)"
                 )
-            return int(local["group_rank"]), int(local["group_size"])
+            return int(local["group_rank"]), int(local["group_size"]), _group_device(local.get("device_id"))
         frame = frame.f_back
     return None
+
+
+def _group_device(device_id):
+    """The CUDA device index of a group being created: its device_id, else the current device."""
+    if device_id is not None and getattr(device_id, "index", None) is not None:
+        return int(device_id.index)
+    import torch
+
+    return int(torch.cuda.current_device())
 
 
 BACKEND_NAME = "meshcomm"
