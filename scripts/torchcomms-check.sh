@@ -18,7 +18,8 @@
 # Environment: TORCH_PYTHON (default: the first python that imports torch), MESHCOMM_TORCHCOMMS_INCLUDE_DIR
 # (required), BUILD_DIR (default REPO/build-torchcomms), PREBUILT=1 (use BUILD_DIR as it is), JOBS, NPROC
 # (ranks; default: all GPUs), TORCHCOMMS_CHECKS (a subset of "window ours c10d conformance megatron bench"),
-# CONFORMANCE_FILES (test file names, default: every *Test.py), BENCH_ARGS (extra torchcomms_bench.py args).
+# CONFORMANCE_FILES (test file names, default: every *Test.py), CONFORMANCE_TIMEOUT (seconds, default 1500),
+# BENCH_ARGS (extra torchcomms_bench.py args). torchcomms' tests need its dev extras (pydot, parameterized).
 set -u -o pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -92,6 +93,8 @@ fi
 summary_of() { grep -E '^[0-9]+ (passed|failed|skipped)|[0-9]+ passed|[0-9]+ failed' "$1" | tail -1; }
 if want ours; then
   run_step "$OUT/ours.log" timeout 1800 "${TORCHRUN[@]}" -m pytest -q -rs -p timeout --timeout 300 "$REPO/tests/python/torchcomms"
+  # The backend was built (MESHCOMM_BUILD_TORCHCOMMS=ON): a run in which nothing passed failed.
+  if [[ $RC -eq 0 ]] && ! grep -qE '[0-9]+ passed' "$OUT/ours.log"; then RC=1; fi
   record ours "$(result_of "$RC")" "$SECS" "$(summary_of "$OUT/ours.log") (per rank)"
 fi
 if want c10d; then
@@ -100,17 +103,19 @@ if want c10d; then
 fi
 
 # ---- torchcomms' own integration tests with TEST_BACKEND=meshcomm --------------------------------------
-# One pytest run over the test files (torchrun starts once), from the tests' directory: they import their
-# helpers from the installed torchcomms package. Each rank's output goes to its own file (torchrun --log-dir);
-# rank 0's pytest summary (-rA) gives the per-file counts and the skip reasons in conformance.md.
+# One pytest run over the test files (torchrun starts once). The installed torchcomms package carries its
+# tests (torchcomms/tests/integration/py): they run from there, so that they and their helpers import as
+# the installed package (a checkout's copy would import its uncompiled torchcomms package instead). Each
+# rank's output goes to its own file (torchrun --log-dir); rank 0's pytest summary (-rA) gives the per-file
+# counts and the skip reasons in conformance.md.
 if want conformance; then
-  TESTS=$TC_SRC/comms/torchcomms/tests/integration/py
+  TESTS=$(cd / && "$PY" -c 'import os, torchcomms; print(os.path.dirname(torchcomms.__file__))')/tests/integration/py
   FILES=${CONFORMANCE_FILES:-$(cd "$TESTS" && ls ./*Test.py | xargs -n1 basename | tr '\n' ' ')}
   rm -rf "$OUT/conformance_ranks"
   # shellcheck disable=SC2086
-  run_step "$OUT/conformance.log" bash -c "cd '$TESTS' && TEST_BACKEND=meshcomm TEST_DEVICE=cuda timeout 1500 \
-    ${TORCHRUN[*]} --log-dir '$OUT/conformance_ranks' -r 3 -m pytest -q -rA -p no:cacheprovider -p timeout \
-    --timeout 240 $FILES"
+  run_step "$OUT/conformance.log" bash -c "cd '$TESTS' && TEST_BACKEND=meshcomm TEST_DEVICE=cuda \
+    timeout ${CONFORMANCE_TIMEOUT:-1500} ${TORCHRUN[*]} --log-dir '$OUT/conformance_ranks' -r 3 -m pytest -v -rs \
+    -p no:cacheprovider -p timeout --timeout 240 --continue-on-collection-errors $FILES"
   rank0=$(find "$OUT/conformance_ranks" -path '*/0/stdout.log' | head -1)
   "$PY" "$REPO/scripts/lib/pytest_summary.py" "${rank0:-/dev/null}" $FILES >"$OUT/conformance.md"
   record conformance "$(result_of "$RC")" "$SECS" "$(tail -1 "$OUT/conformance.md")"

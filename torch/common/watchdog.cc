@@ -75,6 +75,11 @@ void Watchdog::run() {
                  state_->rank, static_cast<int>(state_->device.index()));
     return;
   }
+  // While another thread captures a CUDA graph in global mode (torch.cuda.graph's default), the event
+  // queries of a thread in global mode are prohibited and invalidate that capture. The events queried here
+  // were recorded outside any capture, so querying them is safe: this thread opts out (relaxed mode).
+  cudaStreamCaptureMode relaxed = cudaStreamCaptureModeRelaxed;
+  (void)cudaThreadExchangeStreamCaptureMode(&relaxed);
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
     if (wake_.wait_for(lock, interval_, [&] { return stop_; })) break;

@@ -40,8 +40,9 @@ at::Device commDevice(const at::Device& device, const GroupRank& group) {
     return device;
   }
   if (group.device >= 0) {
-    TORCH_CHECK(group.device < count, "meshcomm: rank ", rank, ": init: the group's device cuda:", group.device,
-                " but only ", count, " CUDA devices are visible");
+    TORCH_CHECK(group.device < count, "meshcomm: rank ", rank,
+                ": init: the group's device cuda:", group.device, " but only ", count,
+                " CUDA devices are visible");
     return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(group.device));
   }
   return at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(rank % count));
@@ -134,14 +135,20 @@ void MeshcommTorchComm::init(at::Device device, const std::string& name,
   size_ = group.size;
   const at::Device cudaDevice = commDevice(device, group);
   settings_ = commSettings(rank_, options.hints);
-  c10::cuda::CUDAGuard guard(cudaDevice);
-  // Rank 0 publishes the UniqueId in the given store, or in the TCPStore on MASTER_ADDR/MASTER_PORT (as
-  // torchcomms' NCCL backend); the store is needed during init only.
-  c10::intrusive_ptr<c10d::Store> store = options.store;
-  if (!store) store = storeFromEnvironment(rank_, options.timeout);
-  std::unique_ptr<Comm> comm =
-      createComm(store, uniqueIdKey(name), rank_, size_, cudaDevice, settings_.resources);
-  adopt(std::move(comm), cudaDevice, name, options);
+  {
+    c10::cuda::CUDAGuard guard(cudaDevice);
+    // Rank 0 publishes the UniqueId in the given store, or in the TCPStore on MASTER_ADDR/MASTER_PORT (as
+    // torchcomms' NCCL backend); the store is needed during init only.
+    c10::intrusive_ptr<c10d::Store> store = options.store;
+    if (!store) store = storeFromEnvironment(rank_, options.timeout);
+    std::unique_ptr<Comm> comm =
+        createComm(store, uniqueIdKey(name), rank_, size_, cudaDevice, settings_.resources);
+    adopt(std::move(comm), cudaDevice, name, options);
+  }
+  // As torchcomms' NCCL backend: the communicator's device becomes the current one (after the guard above,
+  // which restores the previous device), so that tensors made on an index-less torch.device("cuda") land on
+  // it.
+  c10::cuda::set_device(cudaDevice.index());
 }
 
 void MeshcommTorchComm::adopt(std::unique_ptr<Comm> comm, at::Device device, const std::string& name,

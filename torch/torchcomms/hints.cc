@@ -4,6 +4,8 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <mutex>
+#include <set>
 
 namespace meshcomm::torch_backend {
 
@@ -11,9 +13,22 @@ namespace {
 
 constexpr const char* kPrefix = "meshcomm::";
 
+bool addressedToMeshcomm(const std::string& key) {
+  return key.rfind(kPrefix, 0) == 0;
+}
+
 std::string bareKey(const std::string& key) {
-  const std::string prefix(kPrefix);
-  return key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : key;
+  return addressedToMeshcomm(key) ? key.substr(std::string(kPrefix).size()) : key;
+}
+
+// One warning per foreign key and process.
+void ignoreForeign(int rank, const char* where, const std::string& key) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(key).second) return;
+  TORCH_WARN("meshcomm: rank ", rank, ": ", where, ": ignoring hint '", key,
+             "' (not meshcomm's; meshcomm's hints are prefixed meshcomm::, docs/torchcomms.md)");
 }
 
 uint64_t nonNegative(int rank, const std::string& key, const std::string& value, uint64_t max) {
@@ -40,18 +55,22 @@ CommSettings commSettings(int rank, const Hints& hints) {
     } else if (k == "persistent_store") {
       TORCH_CHECK(value == "true" || value == "false", "meshcomm: rank ", rank, ": init: hint ", key, "='",
                   value, "' is not true or false");
-    } else {
+    } else if (addressedToMeshcomm(key)) {
       TORCH_CHECK(false, "meshcomm: rank ", rank, ": init: unknown hint '", key,
                   "' (meshcomm honours scratch_bytes, packet_bytes, channels_per_peer, persistent_store)");
+    } else {
+      ignoreForeign(rank, "init", key);
     }
   }
   return s;
 }
 
 void checkOpHints(const OpContext& ctx, const Hints& hints) {
-  if (hints.empty()) return;
-  TORCH_CHECK(false, "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": unknown hint '", hints.begin()->first,
-              "' (meshcomm ops take no hints)");
+  for (const auto& [key, value] : hints) {
+    TORCH_CHECK(!addressedToMeshcomm(key), "meshcomm: rank ", ctx.rank, ": ", ctx.op, ": unknown hint '", key,
+                "' (meshcomm ops take no hints)");
+    ignoreForeign(ctx.rank, ctx.op, key);
+  }
 }
 
 }  // namespace meshcomm::torch_backend

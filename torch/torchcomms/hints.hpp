@@ -1,11 +1,14 @@
 // torchcomms hints for meshcomm: string key/value pairs a communicator (new_comm(hints=...), split) or one op
-// (all_reduce(..., hints=...)) passes to the backend. Each is honoured or rejected by name, never ignored:
+// (all_reduce(..., hints=...)) passes to the backend. torchcomms hands every hint to whichever backend runs
+// (its own conformance tests pass free-form ones), so meshcomm reads the keys addressed to it:
 //   scratch_bytes, packet_bytes, channels_per_peer   the Comm's sizes (CommResourcesConfig; 0 or absent: the
 //                                                    MESHCOMM_* defaults), on a communicator
 //   persistent_store                                 "true"/"false": whether the store outlives init
 //   (meshcomm
 //                                                    uses it during init only, so either is fine)
-// A key may carry the prefix "meshcomm::". Ops take no hints today: any is an error naming it.
+// A key with the prefix "meshcomm::" is addressed to meshcomm: an unknown one is an error naming it (ops take
+// none today). A key without a prefix that meshcomm does not know belongs to another backend or to
+// torchcomms: it is ignored, with one warning per key and process.
 #pragma once
 
 #include <string>

@@ -189,8 +189,15 @@ def test_hints_are_honoured_or_rejected_by_name(comms):
     same(summed(sized, comms, 1 << 20), torch.full((1 << 20,), float(sum(range(1, comms.size + 1)))),
          "all_reduce on a hinted communicator")
     sized.finalize()
-    with pytest.raises(RuntimeError, match="unknown hint 'fastInitMode'"):
-        torchcomms.new_comm("meshcomm", comms.device, name="test_bad_hint", hints={"fastInitMode": "1"})
+    with pytest.raises(RuntimeError, match="unknown hint 'meshcomm::fast_init'"):
+        torchcomms.new_comm("meshcomm", comms.device, name="test_bad_hint", hints={"meshcomm::fast_init": "1"})
+    # A hint without meshcomm's prefix belongs to another backend (torchcomms passes every hint to every
+    # backend): ignored, with a warning.
+    other = torchcomms.new_comm("meshcomm", comms.device, name="test_foreign_hint", hints={"fastInitMode": "1"})
+    x = comms.gpu(torch.ones(4))
+    finish(other.all_reduce(x, torchcomms.ReduceOp.SUM, False, hints={"hint_key": "hint_value"}), False)
+    same(x, torch.full((4,), float(comms.size)), "all_reduce with a foreign hint")
+    other.finalize()
 
 
 def test_an_op_a_peer_misses_times_out_and_fails_the_communicator(comms):

@@ -117,6 +117,11 @@ def test_all_reduce_premul_sum(comms, dtype, factor_kind):
         finish(comm.all_reduce(x, comms.torchcomms.ReduceOp.PREMUL_SUM(factor), False), False)
         return [x]
 
+    if t == torch.bfloat16 and factor_kind == "double":
+        # torchcomms 0.2's NCCL backend refuses a double factor for bf16 ("PreMulSum factor type must match
+        # input data type"); meshcomm takes it: checked against the reference alone.
+        same(run(comms.mesh)[0], expected, "meshcomm all_reduce PREMUL_SUM(double) bfloat16")
+        return
     check(comms, run, [expected], f"all_reduce PREMUL_SUM({factor_kind}) {dtype}")
 
 
@@ -286,12 +291,14 @@ def test_all_to_all_forms(comms, count, async_op):
 
 
 @pytest.mark.parametrize("async_op", ASYNC)
-def test_all_to_all_v_single(comms, async_op):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_all_to_all_v_single(comms, dtype, async_op):
     torch = comms.torch
+    t = getattr(torch, dtype)
     n = comms.size
     hidden = 7
     rows = [[(3 * r + 5 * p) % 11 for p in range(n)] for r in range(n)]  # rows[r][p]: r sends p (0s included)
-    inputs = [comms.seeded(r, (sum(rows[r]), hidden), torch.bfloat16, "a2av") for r in range(n)]
+    inputs = [comms.seeded(r, (sum(rows[r]), hidden), t, "a2av") for r in range(n)]
 
     def part(r, p):
         start = sum(rows[r][:p])
@@ -302,10 +309,16 @@ def test_all_to_all_v_single(comms, async_op):
     def run(comm):
         x = comms.gpu(inputs[comms.rank])
         recv_rows = [rows[r][comms.rank] for r in range(n)]
-        out = comms.poison((sum(recv_rows), hidden), torch.bfloat16)
+        out = comms.poison((sum(recv_rows), hidden), t)
         finish(comm.all_to_all_v_single(out, x, recv_rows, rows[comms.rank], async_op), async_op)
         return [out]
 
+    if t == torch.bfloat16:
+        # torchcomms 0.2's NCCL backend returned other rows than the host reference for bf16, even with equal
+        # splits (4x H100; its byte offsets use wordSize(), whose bf16 case depends on a build macro): meshcomm
+        # is checked against the reference alone.
+        same(run(comms.mesh)[0], expected, "meshcomm all_to_all_v_single bf16")
+        return
     check(comms, run, [expected], "all_to_all_v_single")
 
 
@@ -379,22 +392,26 @@ def test_bad_arguments_name_rank_op_and_argument(comms):
          f"meshcomm: rank {rank}: all_reduce: tensor: tensor is not contiguous"),
         (lambda: mesh.all_reduce(comms.gpu(torch.ones(4)), comms.torchcomms.ReduceOp.BAND, False),
          f"meshcomm: rank {rank}: all_reduce: op: bitwise reductions"),
-        (lambda: mesh.broadcast(comms.gpu(torch.ones(4)), comms.size, False),
-         f"meshcomm: rank {rank}: broadcast: root: {comms.size} out of range"),
+
         (lambda: mesh.all_gather_single(comms.gpu(torch.ones(3)), comms.gpu(torch.ones(4)), False),
          f"meshcomm: rank {rank}: all_gather_single: output: 3 elements, expected {4 * comms.size}"),
         (lambda: mesh.all_to_all_v_single(comms.gpu(torch.ones(4)), comms.gpu(torch.ones(4)), [1] * comms.size,
                                           [5] * comms.size, False),
          f"meshcomm: rank {rank}: all_to_all_v_single: input_split_sizes:"),
-        (lambda: mesh.send(comms.gpu(torch.ones(4)), -1, False), f"meshcomm: rank {rank}: send: peer: -1 out of range"),
+
         (lambda: mesh.all_reduce(comms.gpu(torch.ones(4)), comms.torchcomms.ReduceOp.SUM, False,
-                                 hints={"channels": "8"}),
-         f"meshcomm: rank {rank}: all_reduce: unknown hint 'channels'"),
+                                 hints={"meshcomm::channels": "8"}),
+         f"meshcomm: rank {rank}: all_reduce: unknown hint 'meshcomm::channels'"),
     ]
     for call, message in cases:
         with pytest.raises(RuntimeError) as info:
             call()
         assert message in str(info.value), str(info.value)
+    # torchcomms' front end checks roots and peers itself, before the backend sees them.
+    for call in (lambda: mesh.broadcast(comms.gpu(torch.ones(4)), comms.size, False),
+                 lambda: mesh.send(comms.gpu(torch.ones(4)), -1, False)):
+        with pytest.raises(RuntimeError, match="range"):
+            call()
     # The communicator is still in step on every rank.
     x = comms.gpu(torch.ones(8))
     finish(mesh.all_reduce(x, comms.torchcomms.ReduceOp.SUM, False), False)
