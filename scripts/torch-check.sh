@@ -34,19 +34,8 @@ T0=$(date +%s)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-PY=$(find_torch_python)
-NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-NP=${NPROC:-${NGPUS:-0}}
-if [[ -z $PY ]]; then
-  echo "torch-check: no python with torch (set TORCH_PYTHON)" | tee "$OUT/summary.md"
-  exit 77
-fi
-if [[ ${NGPUS:-0} -lt 2 ]]; then
-  echo "torch-check: needs at least 2 GPUs (found ${NGPUS:-0})" | tee "$OUT/summary.md"
-  exit 77
-fi
+torch_gpu_init torch-check  # PY, NGPUS, NP, TORCHRUN
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
-TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node "$NP")
 CHECKS=${TORCH_CHECKS:-c10d package examples train megatron moe overhead}
 want() { [[ " $CHECKS " == *" $1 "* ]]; }
 : >"$OUT/pytest.log"

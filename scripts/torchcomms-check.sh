@@ -28,14 +28,8 @@ check_init "$@"
 BUILD=${BUILD_DIR:-$REPO/build-torchcomms}
 T0=$(date +%s)
 
-PY=$(find_torch_python)
-NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
-NP=${NPROC:-${NGPUS:-0}}
+torch_gpu_init torchcomms-check  # PY, NGPUS, NP, TORCHRUN
 TC_SRC=${MESHCOMM_TORCHCOMMS_INCLUDE_DIR:-}
-if [[ -z $PY ]]; then
-  echo "torchcomms-check: no python with torch (set TORCH_PYTHON)" | tee "$OUT/summary.md"
-  exit 77
-fi
 if ! (cd / && "$PY" -c 'import torchcomms') >/dev/null 2>&1; then
   echo "torchcomms-check: $PY cannot import torchcomms (install it first)" | tee "$OUT/summary.md"
   exit 77
@@ -45,12 +39,7 @@ if [[ -z $TC_SRC || ! -f $TC_SRC/comms/torchcomms/TorchCommBackend.hpp ]]; then
     tee "$OUT/summary.md"
   exit 2
 fi
-if [[ ${NGPUS:-0} -lt 2 ]]; then
-  echo "torchcomms-check: needs at least 2 GPUs (found ${NGPUS:-0})" | tee "$OUT/summary.md"
-  exit 77
-fi
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
-TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node "$NP")
 CHECKS=${TORCHCOMMS_CHECKS:-window ours c10d conformance megatron bench}
 want() { [[ " $CHECKS " == *" $1 "* ]]; }
 for f in build window ours c10d conformance megatron bench; do : >"$OUT/$f.log"; done

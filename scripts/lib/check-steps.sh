@@ -5,6 +5,7 @@
 #   print_steps                       the step table (markdown)
 #   check_init "$@"                   the usage check (one OUT_DIR argument); sets OUT (absolute) and JOBS;
 #                                     prefers /usr/bin/g++ (see gpu-check.sh)
+#   torch_gpu_init NAME               PY, NGPUS, NP, TORCHRUN for the torch checks (exit 77 without them)
 
 # NVLink multicast (NVLS) stays off on the shared machines; nothing here uses it.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -56,6 +57,23 @@ find_torch_python() {
       return
     fi
   done
+}
+
+# torch_gpu_init NAME: sets PY (find_torch_python), NGPUS, NP (NPROC or NGPUS) and TORCHRUN; without a torch
+# python or with fewer than 2 GPUs it writes why into OUT/summary.md and exits 77 (skip). Call after check_init.
+torch_gpu_init() {
+  PY=$(find_torch_python)
+  NGPUS=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+  NP=${NPROC:-${NGPUS:-0}}
+  if [[ -z $PY ]]; then
+    echo "$1: no python with torch (set TORCH_PYTHON)" | tee "$OUT/summary.md"
+    exit 77
+  fi
+  if [[ ${NGPUS:-0} -lt 2 ]]; then
+    echo "$1: needs at least 2 GPUs (found ${NGPUS:-0})" | tee "$OUT/summary.md"
+    exit 77
+  fi
+  TORCHRUN=("$PY" -m torch.distributed.run --nproc_per_node "$NP")
 }
 
 check_init() {

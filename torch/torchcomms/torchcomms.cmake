@@ -95,12 +95,7 @@ target_link_libraries(meshcomm_torchcomms PRIVATE meshcomm_torch_common ${_torch
 target_compile_features(meshcomm_torchcomms PRIVATE cxx_std_20)  # torchcomms' headers are C++20
 target_compile_definitions(meshcomm_torchcomms PRIVATE MESHCOMM_VERSION="${PROJECT_VERSION}"
   MESHCOMM_TORCHCOMMS_VERSION="${_tc_version}")
-target_compile_options(meshcomm_torchcomms PRIVATE -Wall -Wextra -Wno-unused-parameter -fvisibility=hidden)
-target_link_options(meshcomm_torchcomms PRIVATE -Wl,--allow-shlib-undefined)
-set_target_properties(meshcomm_torchcomms PROPERTIES
-  LIBRARY_OUTPUT_DIRECTORY ${_package_dir}
-  BUILD_RPATH "${CMAKE_BINARY_DIR};${_torch_dir}/lib;${_tc_dir};${CUDAToolkit_LIBRARY_DIR}"
-  INSTALL_RPATH "$ORIGIN;$ORIGIN/../torch/lib;$ORIGIN/../torchcomms;${CUDAToolkit_LIBRARY_DIR}")
+meshcomm_torch_face(meshcomm_torchcomms BUILD_RPATH "${_tc_dir}" INSTALL_RPATH "$ORIGIN/../torchcomms")
 
 Python_add_library(_torchcomms_backend MODULE WITH_SOABI ${CMAKE_CURRENT_SOURCE_DIR}/torchcomms/module.cc)
 target_include_directories(_torchcomms_backend SYSTEM PRIVATE "${_tc_include}" "${_torch_dir}/include")
@@ -109,12 +104,7 @@ target_include_directories(_torchcomms_backend PRIVATE ${CMAKE_CURRENT_SOURCE_DI
 target_link_libraries(_torchcomms_backend PRIVATE meshcomm_torchcomms)
 target_compile_features(_torchcomms_backend PRIVATE cxx_std_20)
 target_compile_definitions(_torchcomms_backend PRIVATE _GLIBCXX_USE_CXX11_ABI=1)
-target_compile_options(_torchcomms_backend PRIVATE -Wall -Wextra -Wno-unused-parameter -fvisibility=hidden)
-target_link_options(_torchcomms_backend PRIVATE -Wl,--allow-shlib-undefined)
-set_target_properties(_torchcomms_backend PROPERTIES
-  LIBRARY_OUTPUT_DIRECTORY ${_package_dir}
-  BUILD_RPATH "${_package_dir};${CMAKE_BINARY_DIR};${_torch_dir}/lib;${_tc_dir}"
-  INSTALL_RPATH "$ORIGIN;$ORIGIN/../torch/lib;$ORIGIN/../torchcomms")
+meshcomm_torch_face(_torchcomms_backend BUILD_RPATH "${_tc_dir}" INSTALL_RPATH "$ORIGIN/../torchcomms")
 add_dependencies(meshcomm_python _torchcomms_backend)
 install(TARGETS meshcomm_torchcomms _torchcomms_backend LIBRARY DESTINATION meshcomm COMPONENT python)
 

@@ -8,6 +8,7 @@ import zlib
 from datetime import timedelta
 
 import pytest
+from references import reference_reduce
 
 SIZES = [1, 1031, 65539]  # odd counts: partial packs and tails
 
@@ -50,20 +51,6 @@ def assert_equal(got, expected, what, tolerance=0.0):
 
 DTYPES = ["float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8"]
 OPS = ["SUM", "MAX", "MIN", "PRODUCT"]
-
-
-def reference_reduce(torch, stacked, op):
-    if op == "SUM":
-        return stacked.sum(0)
-    if op == "MAX":
-        return stacked.max(0).values
-    if op == "MIN":
-        return stacked.min(0).values
-    if op == "PRODUCT":
-        return stacked.prod(0)
-    if op == "AVG":
-        return stacked.sum(0) / stacked.shape[0]
-    raise ValueError(op)
 
 
 @pytest.mark.parametrize("async_op", [False, True])

@@ -5,6 +5,7 @@ Run: PYTHONPATH=<build>/python torchrun --nproc-per-node=<GPUs> -m pytest -q tes
 """
 
 import pytest
+from references import reference_reduce  # tests/python/torch (conftest puts it on sys.path)
 
 SIZES = [0, 1, 1031, 65539]
 FLOAT_DTYPES = ["float32", "float16", "bfloat16", "float64"]
@@ -46,20 +47,6 @@ def check(comms, run, expected, what):
         same(n, m, f"meshcomm vs NCCL {what} [{i}]")
 
 
-def reduce_reference(torch, stacked, op):
-    if op == "SUM":
-        return stacked.sum(0)
-    if op == "MAX":
-        return stacked.max(0).values
-    if op == "MIN":
-        return stacked.min(0).values
-    if op == "PRODUCT":
-        return stacked.prod(0)
-    if op == "AVG":
-        return stacked.sum(0) / stacked.shape[0]
-    raise AssertionError(op)
-
-
 def reduce_op(comms, op):
     return getattr(comms.torchcomms.ReduceOp, op)
 
@@ -79,7 +66,7 @@ def test_all_reduce(comms, count, dtype, op, async_op):
     low, high = (-1, 3) if op == "PRODUCT" else (-4, 5)
     salt = f"ar/{count}/{dtype}/{op}"
     inputs = [comms.seeded(r, count, t, salt, low, high) for r in range(comms.size)]
-    expected = reduce_reference(torch, torch.stack([x.double() for x in inputs]), op).to(t)
+    expected = reference_reduce(torch, torch.stack([x.double() for x in inputs]), op).to(t)
 
     def run(comm):
         x = comms.gpu(inputs[comms.rank])
@@ -234,7 +221,7 @@ def test_reduce_scatter_forms(comms, count, op, async_op):
     t = torch.float32
     n = comms.size
     inputs = [comms.seeded(r, count * n, t, f"rs/{count}/{op}") for r in range(n)]
-    full = reduce_reference(torch, torch.stack([x.double() for x in inputs]), op).to(t)
+    full = reference_reduce(torch, torch.stack([x.double() for x in inputs]), op).to(t)
     mine = full[comms.rank * count:(comms.rank + 1) * count]
 
     def run(comm):
