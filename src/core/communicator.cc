@@ -106,6 +106,10 @@ const char* deviceOpName(uint32_t op) {
       return "CountMismatch";
     case DeviceOp::SendCountMismatch:
       return "SendCountMismatch";
+    case DeviceOp::EpOverflow:
+      return "EpOverflow";
+    case DeviceOp::EpBadExpert:
+      return "EpBadExpert";
   }
   return "unknown-op";
 }
@@ -275,6 +279,15 @@ void Communicator::Impl::checkDeviceError() const {
   if (op == static_cast<uint32_t>(DeviceOp::SendCountMismatch)) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": counts disagree with peer ", peer,
                    ": this rank sent ", expected, " bytes, the peer expected ", observed);
+  }
+  if (op == static_cast<uint32_t>(DeviceOp::EpOverflow)) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": expert-parallel buffer too small: rank ", peer,
+                   " would receive ", expected, " rows or tokens, its buffer holds ", observed,
+                   " (nothing was written; give the Buffer more bytes)");
+  }
+  if (op == static_cast<uint32_t>(DeviceOp::EpBadExpert)) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": expert index ", static_cast<int64_t>(observed),
+                   " outside [-1, ", expected, ") in topk_idx");
   }
   const std::string waitingFor = peer >= 0 ? detail::concat("peer ", peer) : std::string("the proxy");
   MESHCOMM_THROW(ErrorCode::Timeout, "rank ", wrank, ": device ", deviceOpName(op), " waiting for ",

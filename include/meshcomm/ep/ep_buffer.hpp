@@ -1,0 +1,130 @@
+// EpBuffer: expert-parallel dispatch and combine inside one NVLink node (docs/ep.md). Every rank of a Comm
+// owns one registered device region that every peer maps; dispatch writes each token once, straight to its
+// final row in each destination's region (rows by source rank, then source token: DeepEP's order), after an
+// epoch-tagged LL exchange of the token counts that also tells a sender that the destination has finished
+// with the region's previous contents; combine writes each expert output row back into the source's
+// per-sender slab, indexed by token, and the source sums its rows per token.
+//
+// A dispatch is three calls on one stream: dispatchSend (counts, then rows; returns at once), optionally
+// waitReceiveCounts (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive
+// (waits for every peer's rows and copies them out). Every rank makes the same calls with the same Shape and
+// launch size; the epochs live in device memory, so captured CUDA graphs replay correctly (then size the
+// outputs for the worst case and skip waitReceiveCounts). Device-side failures (a receive that does not fit
+// the region, a peer that never arrives) are reported through Comm::checkError.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "meshcomm/comm.hpp"
+
+namespace meshcomm::ep {
+
+// What every rank passes alike for one dispatch/combine.
+struct Shape {
+  int hiddenBytes = 0;  // bytes of one token row; a positive multiple of 16
+  int scales = 0;       // fp32 scales per token carried with the row (0: none)
+  int topk = 0;         // top-k entries per token (0: dispatch without top-k)
+  int numExperts = 0;   // a multiple of the rank count; at most kMaxExperts
+};
+
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxRanks = 8;
+
+// get_dispatch_layout's outputs (device memory, overwritten).
+struct LayoutOutputs {
+  int* tokensPerRank = nullptr;    // [R]: tokens with at least one expert on each rank
+  int* tokensPerExpert = nullptr;  // [numExperts]
+  bool* tokenInRank = nullptr;     // [tokens][R]
+};
+
+struct DispatchInputs {
+  int tokens = 0;
+  const void* x = nullptr;               // [tokens][hiddenBytes]
+  const float* scales = nullptr;         // [tokens][shape.scales], or null when shape.scales == 0
+  const int64_t* topkIdx = nullptr;      // [tokens][topk] (-1: none), or null when shape.topk == 0
+  const float* topkWeights = nullptr;    // [tokens][topk], may be null
+  const bool* tokenInRank = nullptr;     // [tokens][R] (layout)
+  const int* tokensPerRank = nullptr;    // [R] (layout)
+  const int* tokensPerExpert = nullptr;  // [numExperts] (layout; may be null without top-k)
+  int expertAlignment = 1;               // per-expert receive counts are rounded up to this
+};
+
+// The receive side (device memory): rows ordered by (source rank, source token). `capacityRows` rows are
+// written: the received ones, then (when there is room) topkIdx -1 and weights 0 in the rest.
+struct DispatchOutputs {
+  int64_t capacityRows = 0;
+  void* x = nullptr;             // [capacityRows][hiddenBytes]
+  float* scales = nullptr;       // [capacityRows][shape.scales] or null
+  int64_t* topkIdx = nullptr;    // [capacityRows][topk]: this rank's local expert ids, -1 elsewhere; or null
+  float* topkWeights = nullptr;  // [capacityRows][topk] (0 where topkIdx is -1) or null
+  int* srcIdx = nullptr;         // [capacityRows]: the row's token index on its source rank
+  int* rankPrefix = nullptr;     // [R][R]: [i][j] = rows rank j receives from ranks 0..i (inclusive)
+  int* receivedRows = nullptr;   // [1]: rows this rank received (may be null)
+};
+
+// What the host learns from waitReceiveCounts.
+struct ReceiveCounts {
+  int64_t rows = 0;
+  std::vector<int> perLocalExpert;  // numExperts / R entries, each rounded up to the expert alignment
+};
+
+struct CombineInputs {
+  int rows = 0;                        // rows this rank received in the matching dispatch
+  const void* y = nullptr;             // [rows][hiddenBytes] bf16, in dispatch receive order
+  const float* topkWeights = nullptr;  // [rows][topk] or null
+  const int* srcIdx = nullptr;         // [rows] (dispatch's srcIdx)
+  const int* rankPrefix = nullptr;     // [R][R] (dispatch's rankPrefix)
+  int tokens = 0;                      // this rank's tokens (as in its dispatch)
+  const bool* tokenInRank = nullptr;   // [tokens][R] (its dispatch layout)
+  const void* bias0 = nullptr;         // [tokens][hiddenBytes] bf16 or null
+  const void* bias1 = nullptr;         // [tokens][hiddenBytes] bf16 or null
+};
+
+struct CombineOutputs {
+  void* x = nullptr;             // [tokens][hiddenBytes] bf16: the sum over the ranks the token went to
+  float* topkWeights = nullptr;  // [tokens][topk]: likewise, or null
+};
+
+class EpBuffer {
+ public:
+  // Collective over `comm`: registers `bytes` of device memory on every rank (the same size everywhere) and
+  // maps every peer's. `blocks` is the launch size of the communicating kernels (the same everywhere; at
+  // most the GPU's multiprocessors, so that every block is resident).
+  EpBuffer(Comm& comm, size_t bytes, int blocks = 24);
+  ~EpBuffer();
+  EpBuffer(const EpBuffer&) = delete;
+  EpBuffer& operator=(const EpBuffer&) = delete;
+
+  int rank() const;
+  int size() const;
+  size_t bytes() const;
+  int blocks() const;
+
+  // Rows of `shape` a dispatch can receive, and tokens a combine can return, with this buffer.
+  int64_t dispatchCapacity(const Shape& shape) const;
+  int64_t combineCapacity(const Shape& shape) const;
+
+  // Local: per token the ranks holding its experts (deduplicated), and the counts per rank and per expert.
+  void layout(const int64_t* topkIdx, int tokens, const Shape& shape, const LayoutOutputs& out,
+              cudaStream_t stream);
+
+  void dispatchSend(const DispatchInputs& in, const Shape& shape, cudaStream_t stream);
+  // Blocks the host until the last dispatchSend has learnt this rank's counts (not during graph capture).
+  ReceiveCounts waitReceiveCounts(double timeoutSec = 100.0);
+  void dispatchReceive(const DispatchOutputs& out, const Shape& shape, cudaStream_t stream);
+
+  // `shape.hiddenBytes` is the bf16 row of y and of the output.
+  void combine(const CombineInputs& in, const Shape& shape, const CombineOutputs& out, cudaStream_t stream);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace meshcomm::ep

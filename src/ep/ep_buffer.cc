@@ -1,0 +1,219 @@
+// EpBuffer (include/meshcomm/ep/ep_buffer.hpp): the registered region and its peer mappings, the device
+// counters and scratch, argument checks, and the launches of ep_kernels.cu.
+#include "meshcomm/ep/ep_buffer.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "collectives/memory_exchange.hpp"
+#include "ep/ep_kernels.cuh"
+#include "meshcomm/errors.hpp"
+#include "meshcomm/gpu_utils.hpp"
+
+namespace meshcomm::ep {
+
+namespace {
+
+constexpr int kRegionTag = 0x3c00000 + 64;  // distinct from the collectives' and Window's exchange tags
+
+}  // namespace
+
+class EpBuffer::Impl {
+ public:
+  Impl(Comm& comm, size_t bytes, int blocks)
+      : comm_(comm), rank_(comm.rank()), size_(comm.size()), bytes_(bytes), layout_(RegionLayout::of(bytes)) {
+    const char* what = "EpBuffer";
+    MESHCOMM_REQUIRE(size_ <= kMaxRanks, "rank ", rank_, ": ", what, ": ", size_,
+                     " ranks; expert-parallel dispatch runs on at most ", kMaxRanks, " ranks of one node");
+    MESHCOMM_REQUIRE(bytes % 256 == 0 && bytes > layout_.headerBytes(), "rank ", rank_, ": ", what, ": ",
+                     bytes, " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
+    CudaDeviceGuard guard(comm.cudaDevice());
+    int sms = 0;
+    MESHCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.cudaDevice()));
+    MESHCOMM_REQUIRE(blocks >= 1 && blocks <= sms, "rank ", rank_, ": ", what, ": ", blocks,
+                     " blocks; 1 to the GPU's ", sms,
+                     " multiprocessors (every block spins, so all must be resident)");
+    blocks_ = blocks;
+    Communicator& c = comm.communicator();
+    region_ = GpuBuffer(bytes);  // zeroed: no LL flag matches, every counter starts at 0
+    memories_ =
+        exchangeWithAllPeers(c, c.registerMemory(region_.data(), bytes), kRegionTag, "EpBuffer: the region");
+    for (int p = 0; p < size_; ++p) {
+      MESHCOMM_REQUIRE(memories_[p].size() == bytes, "rank ", rank_, ": ", what, ": rank ", p, " registered ",
+                       memories_[p].size(), " bytes, this rank ", bytes,
+                       " (every rank must pass the same size)");
+    }
+    scratch_ = GpuBuffer(sizeof(int32_t) * (kMaxRanks * (kMaxRanks + 1) + 1));
+    hostCounts_ = HostMappedBuffer(sizeof(HostCounts));
+    std::memset(hostCounts_.host(), 0, sizeof(HostCounts));
+    view_ = KernelView{};
+    for (int p = 0; p < size_; ++p) {
+      view_.regions[p] = static_cast<char*>(memories_[p].data());
+      view_.spin[p] = c.spinContext(p);
+    }
+    view_.layout = layout_;
+    view_.rank = rank_;
+    view_.size = size_;
+    view_.blocks = blocks_;
+    view_.dispatchEpoch = c.allocateCounter();
+    view_.combineEpoch = c.allocateCounter();
+    view_.dispatchStarted = c.allocateCounter();
+    view_.combineStarted = c.allocateCounter();
+    view_.matrix = static_cast<int32_t*>(scratch_.data());
+    view_.receivedRows = view_.matrix + kMaxRanks * (kMaxRanks + 1);
+    view_.hostCounts = static_cast<HostCounts*>(hostCounts_.device());
+  }
+
+  void checkShape(const Shape& s, const char* op) const {
+    MESHCOMM_REQUIRE(s.hiddenBytes > 0 && s.hiddenBytes % 16 == 0, "rank ", rank_, ": ", op,
+                     ": hidden row of ", s.hiddenBytes, " bytes; a positive multiple of 16 is needed");
+    MESHCOMM_REQUIRE(s.scales >= 0 && s.topk >= 0 && s.topk <= 32, "rank ", rank_, ": ", op, ": ", s.scales,
+                     " scales and top-", s.topk, " (0 to 32) per token");
+    MESHCOMM_REQUIRE(s.numExperts > 0 && s.numExperts % size_ == 0 && s.numExperts <= kMaxExperts, "rank ",
+                     rank_, ": ", op, ": ", s.numExperts, " experts; a multiple of the ", size_,
+                     " ranks, at most ", kMaxExperts);
+  }
+
+  void requirePointer(const void* p, const char* op, const char* argument) const {
+    MESHCOMM_REQUIRE(p != nullptr, "rank ", rank_, ": ", op, ": ", argument, " is null");
+  }
+
+  Comm& comm_;
+  const int rank_, size_;
+  const size_t bytes_;
+  const RegionLayout layout_;
+  int blocks_ = 0;
+  GpuBuffer region_, scratch_;
+  HostMappedBuffer hostCounts_;
+  std::vector<RegisteredMemory> memories_;  // [peer]: its region mapped here; own at [rank]
+  KernelView view_{};
+  uint64_t sends_ = 0;  // dispatchSend calls: the tag waitReceiveCounts waits for
+  int localExperts_ = 0;
+};
+
+EpBuffer::EpBuffer(Comm& comm, size_t bytes, int blocks)
+    : impl_(std::make_unique<Impl>(comm, bytes, blocks)) {}
+
+EpBuffer::~EpBuffer() {
+  // Every peer must be done with this region before it goes: drain this GPU, then agree.
+  try {
+    CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+    (void)cudaDeviceSynchronize();
+    impl_->comm_.communicator().bootstrap().barrier();
+  } catch (const std::exception&) {  // a peer already gone: nothing of ours is read any more
+  }
+}
+
+int EpBuffer::rank() const {
+  return impl_->rank_;
+}
+int EpBuffer::size() const {
+  return impl_->size_;
+}
+size_t EpBuffer::bytes() const {
+  return impl_->bytes_;
+}
+int EpBuffer::blocks() const {
+  return impl_->blocks_;
+}
+
+int64_t EpBuffer::dispatchCapacity(const Shape& shape) const {
+  return static_cast<int64_t>(impl_->layout_.rowsBytes / RowLayout::of(shape).stride);
+}
+
+int64_t EpBuffer::combineCapacity(const Shape& shape) const {
+  return static_cast<int64_t>(impl_->layout_.slabsBytes /
+                              (static_cast<uint64_t>(impl_->size_) * slabStride(shape)));
+}
+
+void EpBuffer::layout(const int64_t* topkIdx, int tokens, const Shape& shape, const LayoutOutputs& out,
+                      cudaStream_t stream) {
+  const char* op = "get_dispatch_layout";
+  impl_->checkShape(shape, op);
+  MESHCOMM_REQUIRE(tokens >= 0 && shape.topk > 0, "rank ", impl_->rank_, ": ", op, ": ", tokens,
+                   " tokens with top-", shape.topk, " (a layout needs top-k indices)");
+  if (tokens > 0) impl_->requirePointer(topkIdx, op, "topk_idx");
+  impl_->requirePointer(out.tokensPerRank, op, "num_tokens_per_rank");
+  impl_->requirePointer(out.tokensPerExpert, op, "num_tokens_per_expert");
+  if (tokens > 0) impl_->requirePointer(out.tokenInRank, op, "is_token_in_rank");
+  CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+  kernels::launchLayout(topkIdx, tokens, shape, impl_->size_, impl_->view_.spin[impl_->rank_], out, stream);
+}
+
+void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaStream_t stream) {
+  const char* op = "dispatch";
+  impl_->checkShape(shape, op);
+  MESHCOMM_REQUIRE(in.tokens >= 0 && in.expertAlignment >= 1, "rank ", impl_->rank_, ": ", op, ": ",
+                   in.tokens, " tokens, expert alignment ", in.expertAlignment);
+  if (in.tokens > 0) {
+    impl_->requirePointer(in.x, op, "x");
+    impl_->requirePointer(in.tokenInRank, op, "is_token_in_rank");
+    if (shape.topk > 0) impl_->requirePointer(in.topkIdx, op, "topk_idx");
+    if (shape.scales > 0) impl_->requirePointer(in.scales, op, "x's scales");
+  }
+  impl_->requirePointer(in.tokensPerRank, op, "num_tokens_per_rank");
+  CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+  impl_->localExperts_ = shape.numExperts / impl_->size_;
+  ++impl_->sends_;
+  kernels::launchDispatchSend(impl_->view_, in, shape, stream);
+}
+
+ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
+  const auto* counts = static_cast<const volatile HostCounts*>(impl_->hostCounts_.host());
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::microseconds(1);
+  while (counts->tag < impl_->sends_) {
+    impl_->comm_.checkError();  // a peer that never sends its counts is a device timeout
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeoutSec) {
+      MESHCOMM_THROW(ErrorCode::Timeout, "rank ", impl_->rank_,
+                     ": dispatch: the receive counts did not arrive within ", timeoutSec,
+                     " s (a peer may be missing this dispatch)");
+    }
+    std::this_thread::sleep_for(pause);
+    if (pause < std::chrono::microseconds(200)) pause *= 2;
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);
+  ReceiveCounts r;
+  r.rows = counts->rows;
+  r.perLocalExpert.assign(impl_->localExperts_, 0);
+  for (int e = 0; e < impl_->localExperts_; ++e) r.perLocalExpert[e] = counts->perLocalExpert[e];
+  return r;
+}
+
+void EpBuffer::dispatchReceive(const DispatchOutputs& out, const Shape& shape, cudaStream_t stream) {
+  const char* op = "dispatch";
+  impl_->checkShape(shape, op);
+  MESHCOMM_REQUIRE(out.capacityRows >= 0, "rank ", impl_->rank_, ": ", op, ": output rows ",
+                   out.capacityRows);
+  if (out.capacityRows > 0) impl_->requirePointer(out.x, op, "recv_x");
+  if (shape.scales > 0 && out.capacityRows > 0) impl_->requirePointer(out.scales, op, "recv_x's scales");
+  impl_->requirePointer(out.rankPrefix, op, "rank_prefix_matrix");
+  CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+  kernels::launchDispatchReceive(impl_->view_, out, shape, stream);
+}
+
+void EpBuffer::combine(const CombineInputs& in, const Shape& shape, const CombineOutputs& out,
+                       cudaStream_t stream) {
+  const char* op = "combine";
+  impl_->checkShape(shape, op);
+  MESHCOMM_REQUIRE(in.rows >= 0 && in.tokens >= 0, "rank ", impl_->rank_, ": ", op, ": ", in.rows, " rows, ",
+                   in.tokens, " tokens");
+  MESHCOMM_REQUIRE(in.tokens <= combineCapacity(shape), "rank ", impl_->rank_, ": ", op, ": ", in.tokens,
+                   " tokens, the buffer's combine slabs hold ", combineCapacity(shape),
+                   " (give the Buffer more bytes)");
+  if (in.rows > 0) {
+    impl_->requirePointer(in.y, op, "x");
+    impl_->requirePointer(in.srcIdx, op, "handle's source indices");
+  }
+  impl_->requirePointer(in.rankPrefix, op, "handle's rank_prefix_matrix");
+  if (in.tokens > 0) {
+    impl_->requirePointer(in.tokenInRank, op, "handle's is_token_in_rank");
+    impl_->requirePointer(out.x, op, "combined_x");
+  }
+  CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+  kernels::launchCombine(impl_->view_, in, shape, out, stream);
+}
+
+}  // namespace meshcomm::ep

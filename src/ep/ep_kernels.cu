@@ -1,0 +1,421 @@
+// EpBuffer's kernels (docs/ep.md): layout, dispatch send, dispatch receive, combine. The communicating
+// kernels run `blocks` blocks of kThreads threads, all resident (the host checks blocks <= multiprocessors);
+// each reads its call's epoch from a device counter, and block 0 advances the counter once every block has
+// read it, so graph replays stay in step.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "ep/ep_kernels.cuh"
+#include "meshcomm/device/atomics.hpp"
+#include "meshcomm/device/copy.hpp"
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm::ep::kernels {
+
+namespace {
+
+constexpr int kWarps = kThreads / 32;
+
+// The LL flag of epoch e: never 0 (fresh or zeroed memory never matches).
+__device__ __forceinline__ uint32_t flagOf(uint64_t e) {
+  return static_cast<uint32_t>((e - 1) % 0xFFFFFFFFull) + 1;
+}
+
+// This block's epoch: the counter's next value, read before the block counts itself as started.
+__device__ uint64_t beginEpoch(const uint64_t* epoch, uint64_t* started) {
+  __shared__ uint64_t e;
+  if (threadIdx.x == 0) {
+    e = *reinterpret_cast<const volatile uint64_t*>(epoch) + 1;
+    atomicAdd(reinterpret_cast<unsigned long long*>(started), 1ull);
+  }
+  __syncthreads();
+  return e;
+}
+
+// Block 0 advances the epoch once every block of the call has read it (all blocks are resident).
+__device__ void endEpoch(uint64_t e, uint64_t* epoch, const uint64_t* started) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  const uint64_t all = e * gridDim.x;
+  while (*reinterpret_cast<const volatile uint64_t*>(started) < all) {
+  }
+  *reinterpret_cast<volatile uint64_t*>(epoch) = e;
+}
+
+// Acquire wait until the counter at `p` (this rank's memory, added to by a peer with release) reaches
+// `expected`; false on timeout or abort (reported through ctx).
+__device__ bool awaitCount(const uint64_t* p, uint64_t expected, const SpinContext& ctx) {
+  return device::spinUntil(
+      [&](uint64_t& seen) {
+        seen = device::loadAcquireSys(p);
+        return device::reached(seen, expected);
+      },
+      ctx, DeviceOp::SemaphoreWait, expected);
+}
+
+__device__ __forceinline__ uint64_t* counterAt(char* region, uint64_t offset, int index) {
+  return reinterpret_cast<uint64_t*>(region + offset) + index;
+}
+
+// ---- layout --------------------------------------------------------------------------------------------
+
+// One thread a token: the ranks holding its experts (deduplicated) and the per-rank and per-expert counts.
+// Local memory only; the counts were zeroed on the stream before.
+__global__ void layoutKernel(const int64_t* topkIdx, int tokens, int topk, int numExperts, int ranks,
+                             SpinContext spin, int* tokensPerRank, int* tokensPerExpert, bool* tokenInRank) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= tokens) return;
+  const int perRank = numExperts / ranks;
+  uint32_t mask = 0;
+  for (int k = 0; k < topk; ++k) {
+    const int64_t e = topkIdx[static_cast<int64_t>(t) * topk + k];
+    if (e < 0) {
+      if (e != -1)
+        device::reportTimeout(spin, DeviceOp::EpBadExpert, numExperts, static_cast<uint64_t>(e), 0);
+      continue;
+    }
+    if (e >= numExperts) {
+      device::reportTimeout(spin, DeviceOp::EpBadExpert, numExperts, static_cast<uint64_t>(e), 0);
+      continue;
+    }
+    atomicAdd(&tokensPerExpert[e], 1);
+    mask |= 1u << (e / perRank);
+  }
+  for (int r = 0; r < ranks; ++r) {
+    const bool in = (mask >> r) & 1u;
+    tokenInRank[static_cast<int64_t>(t) * ranks + r] = in;
+    if (in) atomicAdd(&tokensPerRank[r], 1);
+  }
+}
+
+// ---- dispatch ------------------------------------------------------------------------------------------
+
+// Word w of the count row this rank sends destination d (see kCountWords).
+__device__ int32_t countWord(const DispatchInputs& in, int ranks, int localExperts, int d, int w) {
+  if (w < ranks) return in.tokensPerRank[w];
+  if (w < ranks + localExperts) {
+    return in.tokensPerExpert ? in.tokensPerExpert[d * localExperts + (w - ranks)] : 0;
+  }
+  if (w == ranks + localExperts) return in.tokens;
+  return 0;
+}
+
+// Tokens before `end` that go to rank d (a warp reduction; every lane gets the sum).
+__device__ int countBefore(const bool* tokenInRank, int ranks, int d, int end) {
+  int n = 0;
+  for (int t = threadIdx.x % 32; t < end; t += 32)
+    n += tokenInRank[static_cast<int64_t>(t) * ranks + d] ? 1 : 0;
+  for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
+  return n;
+}
+
+// Phase 1 (counts): block 0 sends this rank's count row to every destination as LL packets (flag: the epoch);
+// every block reads every source's row (acquire by flag) — a destination's row of this epoch also means it
+// has finished with its region's previous rows (its receive of the previous call ran before, on its stream).
+// Phase 2 (rows): each selected row is written with weak stores at its final place in the destination's
+// region; after the block barrier, one release-add per destination on its arrival counter for this rank.
+__global__ void __launch_bounds__(kThreads, 1)
+    dispatchSendKernel(KernelView v, DispatchInputs in, Shape shape) {
+  const int R = v.size, me = v.rank, El = shape.numExperts / R;
+  const uint64_t e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
+  const uint32_t flag = flagOf(e);
+  const int countWords = R + El + 1;
+  const int countPackets = (countWords + 1) / 2;
+  __shared__ int32_t M[kMaxRanks][kMaxRanks + 1];  // M[s][d]: tokens s sends d; M[s][R]: s's tokens
+  __shared__ int32_t offset[kMaxRanks], total[kMaxRanks];
+  __shared__ bool skip[kMaxRanks];
+
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < R * countPackets; i += blockDim.x) {
+      const int d = i / countPackets, p = i % countPackets;
+      auto* dst = reinterpret_cast<LL16Packet*>(v.regions[d] + v.layout.counts + me * kCountPacketBytes);
+      dst[p].write(countWord(in, R, El, d, 2 * p), countWord(in, R, El, d, 2 * p + 1), flag);
+    }
+  }
+  // Every block reads the words it needs of every source's row: the R token counts and the token count.
+  for (int i = threadIdx.x; i < R * (R + 1); i += blockDim.x) {
+    const int s = i / (R + 1), w = i % (R + 1);
+    const int word = w < R ? w : R + El;
+    const auto* src =
+        reinterpret_cast<const LL16Packet*>(v.regions[me] + v.layout.counts + s * kCountPacketBytes);
+    uint32_t vals[2] = {0, 0};
+    if (device::awaitPacket(src, word / 2, flag, v.spin[s], vals) != device::PacketWait::Arrived) vals[0] = 0;
+    M[s][w] = static_cast<int32_t>(vals[word % 2]);
+  }
+  __syncthreads();
+  const RowLayout rl = RowLayout::of(shape);
+  const int64_t capacity = static_cast<int64_t>(v.layout.rowsBytes / rl.stride);
+  if (threadIdx.x < R) {
+    const int d = threadIdx.x;
+    int off = 0, sum = 0;
+    for (int s = 0; s < R; ++s) {
+      if (s < me) off += M[s][d];
+      sum += M[s][d];
+    }
+    offset[d] = off;
+    total[d] = sum;
+    skip[d] = sum > capacity;
+    if (skip[d] && blockIdx.x == 0) device::reportTimeout(v.spin[d], DeviceOp::EpOverflow, sum, capacity, 0);
+  }
+  __syncthreads();
+  if (blockIdx.x == 0) {
+    // This rank's totals for the receive kernel (device) and for the host (mapped; the tag last).
+    for (int i = threadIdx.x; i < R * (R + 1); i += blockDim.x) v.matrix[i] = M[i / (R + 1)][i % (R + 1)];
+    for (int x = threadIdx.x; x < El; x += blockDim.x) {
+      int32_t n = 0;
+      for (int s = 0; s < R; ++s) {
+        const auto* src =
+            reinterpret_cast<const LL16Packet*>(v.regions[me] + v.layout.counts + s * kCountPacketBytes);
+        const int word = R + x;
+        uint32_t vals[2] = {0, 0};
+        if (device::awaitPacket(src, word / 2, flag, v.spin[s], vals) == device::PacketWait::Arrived)
+          n += static_cast<int32_t>(vals[word % 2]);
+      }
+      const int a = in.expertAlignment > 1 ? in.expertAlignment : 1;
+      v.hostCounts->perLocalExpert[x] = (n + a - 1) / a * a;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      *v.receivedRows = total[me];
+      v.hostCounts->rows = total[me];
+      __threadfence_system();
+      device::storeReleaseSys(&v.hostCounts->tag, e);
+    }
+  }
+
+  // Phase 2: warps by (destination, part of this block's token chunk).
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int parts = std::max(1, kWarps / R);
+  const int d = warp % R, part = warp / R;
+  if (part < parts && !skip[d]) {
+    const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
+    const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
+    const int end = std::min(in.tokens, begin + chunk);
+    const int sub = (end - begin + parts - 1) / parts;
+    const int t0 = std::min(end, begin + part * sub), t1 = std::min(end, t0 + sub);
+    int row = offset[d] + countBefore(in.tokenInRank, R, d, t0);
+    char* rows = v.regions[d] + v.layout.rows;
+    for (int base = t0; base < t1; base += 32) {
+      const int t = base + lane;
+      const bool selected = t < t1 && in.tokenInRank[static_cast<int64_t>(t) * R + d];
+      uint32_t mask = __ballot_sync(0xffffffffu, selected);
+      while (mask) {
+        const int bit = __ffs(mask) - 1;
+        mask &= mask - 1;
+        const int64_t token = base + bit;
+        char* dst = rows + static_cast<uint64_t>(row) * rl.stride;
+        device::copy(dst, static_cast<const char*>(in.x) + token * shape.hiddenBytes, shape.hiddenBytes, lane,
+                     32);
+        for (int k = lane; k < shape.topk; k += 32) {
+          const int64_t idx = in.topkIdx[token * shape.topk + k];
+          const bool local = idx >= static_cast<int64_t>(d) * El && idx < static_cast<int64_t>(d + 1) * El;
+          reinterpret_cast<int64_t*>(dst + rl.topkIdx)[k] = local ? idx - static_cast<int64_t>(d) * El : -1;
+          reinterpret_cast<float*>(dst + rl.weights)[k] =
+              local && in.topkWeights ? in.topkWeights[token * shape.topk + k] : 0.0f;
+        }
+        for (int c = lane; c < shape.scales; c += 32)
+          reinterpret_cast<float*>(dst + rl.scales)[c] = in.scales[token * shape.scales + c];
+        if (lane == 0) *reinterpret_cast<int32_t*>(dst + rl.srcIdx) = static_cast<int32_t>(token);
+        ++row;
+      }
+    }
+  }
+  __syncthreads();  // every warp's rows are written before the releases below
+  if (threadIdx.x < R)
+    device::redAddReleaseSys(counterAt(v.regions[threadIdx.x], v.layout.dispatchArrivals, me), 1);
+  endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
+}
+
+// Waits (acquire) until every source's blocks have released their rows, then copies this rank's received rows
+// out of its region (plain loads after the acquire; the senders finished writing them) and fills the rest of
+// the outputs' rows with topkIdx -1 and weights 0.
+__global__ void __launch_bounds__(kThreads, 1)
+    dispatchReceiveKernel(KernelView v, DispatchOutputs out, Shape shape) {
+  const int R = v.size, me = v.rank;
+  const uint64_t e = *reinterpret_cast<const volatile uint64_t*>(v.dispatchEpoch);
+  __shared__ bool ok;
+  if (threadIdx.x == 0) ok = true;
+  __syncthreads();
+  if (threadIdx.x < R) {
+    if (!awaitCount(counterAt(v.regions[me], v.layout.dispatchArrivals, threadIdx.x), e * v.blocks,
+                    v.spin[threadIdx.x]))
+      ok = false;
+  }
+  __syncthreads();
+  if (!ok) return;
+  const RowLayout rl = RowLayout::of(shape);
+  const int64_t capacity = static_cast<int64_t>(v.layout.rowsBytes / rl.stride);
+  const int64_t received = *v.receivedRows;
+  if (received > capacity || received > out.capacityRows) {
+    if (blockIdx.x == 0 && threadIdx.x == 0)
+      device::reportTimeout(v.spin[me], DeviceOp::EpOverflow, received, std::min(capacity, out.capacityRows),
+                            0);
+    return;
+  }
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
+      const int src = i / R, dst = i % R;
+      int sum = 0;
+      for (int s = 0; s <= src; ++s) sum += v.matrix[s * (R + 1) + dst];
+      out.rankPrefix[i] = sum;
+    }
+    if (threadIdx.x == 0 && out.receivedRows) *out.receivedRows = static_cast<int>(received);
+  }
+  const char* rows = v.regions[me] + v.layout.rows;
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+  for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < out.capacityRows; i += warps) {
+    const char* src = rows + static_cast<uint64_t>(i) * rl.stride;
+    if (i < received) {
+      device::copy(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
+      for (int k = lane; k < shape.topk; k += 32) {
+        if (out.topkIdx)
+          out.topkIdx[i * shape.topk + k] = reinterpret_cast<const int64_t*>(src + rl.topkIdx)[k];
+        if (out.topkWeights)
+          out.topkWeights[i * shape.topk + k] = reinterpret_cast<const float*>(src + rl.weights)[k];
+      }
+      for (int c = lane; c < shape.scales; c += 32)
+        out.scales[i * shape.scales + c] = reinterpret_cast<const float*>(src + rl.scales)[c];
+      if (lane == 0 && out.srcIdx) out.srcIdx[i] = *reinterpret_cast<const int32_t*>(src + rl.srcIdx);
+    } else {
+      for (int k = lane; k < shape.topk; k += 32) {
+        if (out.topkIdx) out.topkIdx[i * shape.topk + k] = -1;
+        if (out.topkWeights) out.topkWeights[i * shape.topk + k] = 0.0f;
+      }
+      if (lane == 0 && out.srcIdx) out.srcIdx[i] = -1;
+    }
+  }
+}
+
+// ---- combine -------------------------------------------------------------------------------------------
+
+// Phase 1: block 0 tells every source it may write into this rank's slabs (an LL packet, flag: the epoch;
+// this rank's previous reduction has run), and every block waits for its destinations' words. Phase 2: each
+// received row goes back to its source, into the source's slab for this rank at the row's token index (weak
+// stores), then one release-add per source. Phase 3: after acquiring every rank's arrivals, each token sums
+// (fp32) the rows of the ranks it went to, plus the biases.
+__global__ void __launch_bounds__(kThreads, 1)
+    combineKernel(KernelView v, CombineInputs in, Shape shape, CombineOutputs out) {
+  const int R = v.size, me = v.rank;
+  const uint64_t e = beginEpoch(v.combineEpoch, v.combineStarted);
+  const uint32_t flag = flagOf(e);
+  const uint64_t stride = slabStride(shape);
+  const int64_t slabTokens = static_cast<int64_t>(v.layout.slabsBytes / (static_cast<uint64_t>(R) * stride));
+  __shared__ bool ok;
+  if (threadIdx.x == 0) ok = true;
+  if (blockIdx.x == 0 && threadIdx.x < R) {
+    reinterpret_cast<LL16Packet*>(v.regions[threadIdx.x] + v.layout.ready)[me].write(0, 0, flag);
+  }
+  __syncthreads();
+  if (threadIdx.x < R) {
+    const auto* ready = reinterpret_cast<const LL16Packet*>(v.regions[me] + v.layout.ready);
+    uint32_t vals[2];
+    if (device::awaitPacket(ready, threadIdx.x, flag, v.spin[threadIdx.x], vals) !=
+        device::PacketWait::Arrived)
+      ok = false;
+  }
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  if (ok) {
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+    for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < in.rows; i += warps) {
+      int s = 0;
+      while (s < R - 1 && in.rankPrefix[s * R + me] <= i) ++s;
+      const int64_t t = in.srcIdx[i];
+      if (t < 0 || t >= slabTokens) {
+        if (lane == 0) device::reportTimeout(v.spin[s], DeviceOp::EpOverflow, t + 1, slabTokens, 0);
+        continue;
+      }
+      char* dst = v.regions[s] + v.layout.slabs + (static_cast<uint64_t>(me) * slabTokens + t) * stride;
+      device::copy(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane, 32);
+      for (int k = lane; k < shape.topk; k += 32) {
+        reinterpret_cast<float*>(dst + shape.hiddenBytes)[k] =
+            in.topkWeights ? in.topkWeights[i * shape.topk + k] : 0.0f;
+      }
+    }
+  }
+  __syncthreads();  // every warp's rows are written before the releases below
+  if (threadIdx.x < R)
+    device::redAddReleaseSys(counterAt(v.regions[threadIdx.x], v.layout.combineArrivals, me), 1);
+  if (threadIdx.x < R) {
+    if (!awaitCount(counterAt(v.regions[me], v.layout.combineArrivals, threadIdx.x), e * gridDim.x,
+                    v.spin[threadIdx.x]))
+      ok = false;
+  }
+  __syncthreads();
+  if (ok) {
+    const char* slabs = v.regions[me] + v.layout.slabs;
+    const int elems = shape.hiddenBytes / 2;  // bf16
+    for (int64_t t = blockIdx.x * kWarps + threadIdx.x / 32; t < in.tokens;
+         t += static_cast<int64_t>(gridDim.x) * kWarps) {
+      for (int h = lane * 8; h < elems; h += 32 * 8) {
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const void* biases[2] = {in.bias0, in.bias1};
+        for (const void* bias : biases) {
+          if (!bias) continue;
+          const auto* b = reinterpret_cast<const __nv_bfloat16*>(bias) + t * elems + h;
+          for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(b[j]);
+        }
+        for (int r = 0; r < R; ++r) {
+          if (!in.tokenInRank[t * R + r]) continue;
+          const auto* y = reinterpret_cast<const __nv_bfloat16*>(
+                              slabs + (static_cast<uint64_t>(r) * slabTokens + t) * stride) +
+                          h;
+          const uint4 packed = *reinterpret_cast<const uint4*>(y);
+          const auto* vals = reinterpret_cast<const __nv_bfloat16*>(&packed);
+          for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(vals[j]);
+        }
+        uint4 packed;
+        auto* o = reinterpret_cast<__nv_bfloat16*>(&packed);
+        for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
+        *reinterpret_cast<uint4*>(reinterpret_cast<__nv_bfloat16*>(out.x) + t * elems + h) = packed;
+      }
+      if (out.topkWeights) {
+        for (int k = lane; k < shape.topk; k += 32) {
+          float w = 0.0f;
+          for (int r = 0; r < R; ++r) {
+            if (!in.tokenInRank[t * R + r]) continue;
+            w += reinterpret_cast<const float*>(slabs + (static_cast<uint64_t>(r) * slabTokens + t) * stride +
+                                                shape.hiddenBytes)[k];
+          }
+          out.topkWeights[t * shape.topk + k] = w;
+        }
+      }
+    }
+  }
+  endEpoch(e, v.combineEpoch, v.combineStarted);
+}
+
+}  // namespace
+
+void launchLayout(const int64_t* topkIdx, int tokens, const Shape& shape, int ranks, const SpinContext& spin,
+                  const LayoutOutputs& out, cudaStream_t stream) {
+  MESHCOMM_CUDA_CHECK(cudaMemsetAsync(out.tokensPerRank, 0, sizeof(int) * ranks, stream));
+  MESHCOMM_CUDA_CHECK(cudaMemsetAsync(out.tokensPerExpert, 0, sizeof(int) * shape.numExperts, stream));
+  if (tokens == 0) return;
+  const int threads = 256;
+  layoutKernel<<<(tokens + threads - 1) / threads, threads, 0, stream>>>(
+      topkIdx, tokens, shape.topk, shape.numExperts, ranks, spin, out.tokensPerRank, out.tokensPerExpert,
+      out.tokenInRank);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Shape& shape,
+                        cudaStream_t stream) {
+  dispatchSendKernel<<<v.blocks, kThreads, 0, stream>>>(v, in, shape);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
+                           cudaStream_t stream) {
+  dispatchReceiveKernel<<<v.blocks, kThreads, 0, stream>>>(v, out, shape);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchCombine(const KernelView& v, const CombineInputs& in, const Shape& shape,
+                   const CombineOutputs& out, cudaStream_t stream) {
+  combineKernel<<<v.blocks, kThreads, 0, stream>>>(v, in, shape, out);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace meshcomm::ep::kernels

@@ -1,0 +1,22 @@
+// EpBuffer's kernels (ep_kernels.cu); ep_buffer.cc launches them. Memory-order contracts are stated at each
+// kernel.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ep/ep_region.hpp"
+
+namespace meshcomm::ep::kernels {
+
+constexpr int kThreads = 512;
+
+void launchLayout(const int64_t* topkIdx, int tokens, const Shape& shape, int ranks, const SpinContext& spin,
+                  const LayoutOutputs& out, cudaStream_t stream);
+void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Shape& shape,
+                        cudaStream_t stream);
+void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
+                           cudaStream_t stream);
+void launchCombine(const KernelView& v, const CombineInputs& in, const Shape& shape,
+                   const CombineOutputs& out, cudaStream_t stream);
+
+}  // namespace meshcomm::ep::kernels

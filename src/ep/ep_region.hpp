@@ -1,0 +1,90 @@
+// The layout of an EpBuffer's registered region (the same on every rank) and the view its kernels take by
+// value. Offsets are bytes from the region's base; the peers reach the same offsets in their mappings.
+//
+//   [dispatch arrivals: R x u64][combine arrivals: R x u64][ready packets: R x LL16]
+//   [count packets: R x kCountPacketBytes][dispatch rows ......][combine slabs: R x slabTokens x slabStride]
+//
+// A dispatch row: [x: hiddenBytes][topkIdx: topk x i64][weights: topk x f32][scales: scales x f32][srcIdx:
+// i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32], padded to 16 bytes.
+#pragma once
+
+#include <cstdint>
+
+#include "meshcomm/device/device_error.hpp"
+#include "meshcomm/device/packet.hpp"
+#include "meshcomm/ep/ep_buffer.hpp"
+
+namespace meshcomm::ep {
+
+// One count row a sender sends each destination: R token counts, the destination's local-expert counts, the
+// sender's token count.
+constexpr int kCountWords = kMaxRanks + kMaxExperts + 1;
+constexpr uint64_t kCountPacketBytes =
+    (kCountWords * 4 + LL16Packet::kPayloadBytes - 1) / LL16Packet::kPayloadBytes * sizeof(LL16Packet);
+
+MESHCOMM_HOST_DEVICE_INLINE uint64_t align16(uint64_t v) {
+  return (v + 15) / 16 * 16;
+}
+
+struct RowLayout {
+  uint64_t stride, topkIdx, weights, scales, srcIdx;  // byte offsets inside one dispatch row
+
+  MESHCOMM_HOST_DEVICE_INLINE static RowLayout of(const Shape& s) {
+    RowLayout r;
+    r.topkIdx = static_cast<uint64_t>(s.hiddenBytes);
+    r.weights = r.topkIdx + 8ull * s.topk;
+    r.scales = r.weights + 4ull * s.topk;
+    r.srcIdx = r.scales + 4ull * s.scales;
+    r.stride = align16(r.srcIdx + 4);
+    return r;
+  }
+};
+
+MESHCOMM_HOST_DEVICE_INLINE uint64_t slabStride(const Shape& s) {
+  return align16(static_cast<uint64_t>(s.hiddenBytes) + 4ull * s.topk);
+}
+
+struct RegionLayout {
+  uint64_t dispatchArrivals = 0, combineArrivals = 0, ready = 0, counts = 0, rows = 0, rowsBytes = 0,
+           slabs = 0, slabsBytes = 0;
+
+  static RegionLayout of(uint64_t bytes) {
+    RegionLayout l;
+    l.dispatchArrivals = 0;
+    l.combineArrivals = 8ull * kMaxRanks;
+    l.ready = l.combineArrivals + 8ull * kMaxRanks;
+    l.counts = l.ready + sizeof(LL16Packet) * kMaxRanks;
+    const uint64_t header = (l.counts + kCountPacketBytes * kMaxRanks + 255) / 256 * 256;
+    const uint64_t rest = bytes > header ? bytes - header : 0;
+    l.rows = header;
+    l.rowsBytes = rest / 2 / 256 * 256;
+    l.slabs = l.rows + l.rowsBytes;
+    l.slabsBytes = rest - l.rowsBytes;
+    return l;
+  }
+  uint64_t headerBytes() const { return rows; }
+};
+
+// This rank's received totals, written by the GPU into host-mapped memory (`tag` last: the call's epoch).
+struct HostCounts {
+  int32_t rows;
+  int32_t perLocalExpert[kMaxExperts];
+  uint64_t tag;
+};
+
+// What the kernels take by value.
+struct KernelView {
+  char* regions[kMaxRanks];  // every rank's region mapped here (this rank's own at [rank])
+  RegionLayout layout;
+  int rank, size, blocks;
+  SpinContext spin[kMaxRanks];  // per peer: timeouts and reports name it
+  uint64_t* dispatchEpoch;      // device counters (never reset): the calls so far
+  uint64_t* combineEpoch;
+  uint64_t* dispatchStarted;  // blocks that read the epoch so far (the epoch advances once all did)
+  uint64_t* combineStarted;
+  int32_t* matrix;         // [R][kCountWords]: the count rows of the last dispatch, by source
+  int32_t* receivedRows;   // [1]
+  HostCounts* hostCounts;  // device pointer of the host-mapped counts
+};
+
+}  // namespace meshcomm::ep
