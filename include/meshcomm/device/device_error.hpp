@@ -21,8 +21,8 @@ enum class DeviceOp : uint32_t {
   FifoFlush = 5,          // PortChannel flush waiting for the proxy
   CountMismatch = 6,      // a receiver's expected byte count differs from what the sender sent (not a wait)
   SendCountMismatch = 7,  // a sender's byte count differs from what the receiver expects (not a wait)
-  EpOverflow = 8,         // an expert-parallel receive does not fit the buffer (expected: rows, observed: room)
-  EpBadExpert = 9,        // an expert index outside [-1, experts) (expected: experts, observed: the index)
+  EpOverflow = 8,   // an expert-parallel receive does not fit the buffer (expected: rows, observed: room)
+  EpBadExpert = 9,  // an expert index outside [-1, experts) (expected: experts, observed: the index)
 };
 
 // Lives in host-mapped pinned memory, one per Communicator. Written by the first device wait that fails.
