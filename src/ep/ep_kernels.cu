@@ -318,7 +318,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % 32;
   if (ok) {
     const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-    for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < in.rows; i += warps) {
+    // Rows past the received ones (a dispatch sized by num_worst_tokens) carry nothing back.
+    const int64_t rows =
+        min(static_cast<int64_t>(in.rows), static_cast<int64_t>(in.rankPrefix[(R - 1) * R + me]));
+    for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < rows; i += warps) {
       int s = 0;
       while (s < R - 1 && in.rankPrefix[s * R + me] <= i) ++s;
       const int64_t t = in.srcIdx[i];

@@ -74,7 +74,7 @@ struct ReceiveCounts {
 };
 
 struct CombineInputs {
-  int rows = 0;                        // rows this rank received in the matching dispatch
+  int rows = 0;                        // rows of y: the dispatch's output rows (only the received ones count)
   const void* y = nullptr;             // [rows][hiddenBytes] bf16, in dispatch receive order
   const float* topkWeights = nullptr;  // [rows][topk] or null
   const int* srcIdx = nullptr;         // [rows] (dispatch's srcIdx)

@@ -1,0 +1,119 @@
+"""meshcomm.ep without GPUs (docs/ep.md): Config's checks and DeepEP's size-hint formula, EventOverlap without
+an event, and the Buffer's refusals that need no communication (low-latency and internode modes, bad sizes).
+A meshcomm built without torch has no meshcomm._torch_ep: the import says so. GPU runs:
+tests/python/torch/test_ep.py."""
+
+import importlib
+import importlib.util
+import os
+
+import pytest
+
+
+def ep_built():
+    spec = importlib.util.find_spec("meshcomm")
+    if spec is None:
+        return False
+    folder = os.path.dirname(spec.origin)
+    return any(name.startswith("_torch_ep") for name in os.listdir(folder))
+
+
+@pytest.fixture
+def ep():
+    if not ep_built():
+        pytest.skip("meshcomm was built without torch: no meshcomm._torch_ep")
+    return importlib.import_module("meshcomm.ep")
+
+
+def test_without_torch_the_import_names_the_missing_extension():
+    if ep_built():
+        pytest.skip("this build has meshcomm._torch_ep")
+    with pytest.raises(ImportError) as info:
+        importlib.import_module("meshcomm.ep")
+    assert "_torch_ep" in str(info.value) or "torch" in str(info.value), str(info.value)
+
+
+def test_the_nvl_size_hint_is_deepeps(ep):
+    # DeepEP V1: C·R·(2·R_rdma+3)·4 + C·R·Trecv·(hidden + 8 + 128·8 + 128·4 + 128·4), rounded up to 128.
+    hidden_bytes, ranks = 7168 * 2, 8
+    expected = 10 * 8 * 5 * 4 + 10 * 8 * 256 * (hidden_bytes + 8 + 1024 + 512 + 512)
+    expected = (expected + 127) // 128 * 128
+    assert ep.Config(20, 6, 256, 6, 128).get_nvl_buffer_size_hint(hidden_bytes, ranks) == expected
+    assert ep.Config(24, 8, 512).get_nvl_buffer_size_hint(4096, 4) == (
+        (12 * 4 * 5 * 4 + 12 * 4 * 512 * (4096 + 8 + 2048) + 127) // 128 * 128
+    )
+    assert ep.Config().get_rdma_buffer_size_hint(hidden_bytes, ranks) == 0
+
+
+def test_configs_per_rank_count_follow_buffer_num_sms(ep):
+    saved = ep.Buffer.num_sms
+    try:
+        ep.Buffer.set_num_sms(24)
+        assert ep.Buffer.get_dispatch_config(8).num_sms == 24
+        assert ep.Buffer.get_combine_config(2).num_max_nvl_chunked_send_tokens == 10
+        with pytest.raises(ValueError, match="positive even"):
+            ep.Buffer.set_num_sms(7)
+        with pytest.raises(ValueError, match="16 ranks"):
+            ep.Buffer.get_dispatch_config(16)
+    finally:
+        ep.Buffer.num_sms = saved
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        ((7,), "num_sms=7"),
+        ((0,), "num_sms=0"),
+        ((20, 0), "num_max_nvl_chunked_send_tokens=0"),
+        ((20, 300, 256), "exceeds"),
+    ],
+)
+def test_config_rejects_bad_fields_by_name(ep, args, message):
+    with pytest.raises(ValueError, match=message):
+        ep.Config(*args)
+
+
+def test_an_overlap_without_event_waits_for_nothing(ep):
+    overlap = ep.EventOverlap(None)
+    with overlap as entered:
+        assert entered is overlap
+    with pytest.raises(AssertionError, match="async_finish"):
+        overlap.current_stream_wait()
+
+
+class FakeGroup:
+    """What the Buffer reads from a process group before it communicates."""
+
+    def __init__(self, rank, size):
+        self._rank, self._size = rank, size
+
+    def rank(self):
+        return self._rank
+
+    def size(self):
+        return self._size
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(num_nvl_bytes=1 << 20, low_latency_mode=True), NotImplementedError, "low_latency_mode"),
+        (dict(num_nvl_bytes=1 << 20, allow_mnnvl=True), NotImplementedError, "allow_mnnvl"),
+        (dict(num_nvl_bytes=0), ValueError, "num_nvl_bytes=0"),
+        (dict(num_nvl_bytes=1000), ValueError, "multiple of 128"),
+    ],
+)
+def test_the_buffer_refuses_what_it_cannot_run_before_communicating(ep, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        ep.Buffer(FakeGroup(1, 4), **kwargs)
+
+
+def test_a_group_larger_than_a_node_is_refused(ep):
+    with pytest.raises(NotImplementedError, match="16 ranks"):
+        ep.Buffer(FakeGroup(0, 16), num_nvl_bytes=1 << 20)
+
+
+def test_topk_idx_t_is_int64(ep):
+    import torch
+
+    assert ep.topk_idx_t == torch.int64
