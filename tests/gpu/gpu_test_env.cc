@@ -519,6 +519,15 @@ uint64_t GpuTest::testSeed() const {
   return mix64(process().runSeed ^ mix64(static_cast<uint64_t>(process().testIndex) + 0x1234));
 }
 
+std::unique_ptr<Comm> GpuTest::freshComm() const {
+  UniqueId id;
+  if (rank() == 0) id = TcpBootstrap::createUniqueId(worldSize());
+  bootstrap().broadcast(id.bytes.data(), id.bytes.size(), 0);
+  CommConfig cfg;
+  cfg.cudaDevice = comm().cudaDevice();
+  return std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank(), worldSize(), id), cfg);
+}
+
 void GpuTest::syncAndCheck() const {
   MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream()));
   comm().checkDeviceError();

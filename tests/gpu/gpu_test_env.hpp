@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "meshcomm/comm.hpp"
 #include "meshcomm/core.hpp"
 #include "meshcomm/device/macros.hpp"
 
@@ -452,6 +453,9 @@ class GpuTest : public ::testing::Test {
   cudaStream_t stream() const { return stream_->get(); }
   // Waits for the test stream and throws if a device wait of this process failed.
   void syncAndCheck() const;
+  // A Comm of its own over a new bootstrap, on this rank's device (collective: every rank calls it), for
+  // tests that change, close or fill one.
+  std::unique_ptr<Comm> freshComm() const;
 
   // Hands an object to the fixture: it lives until TearDown, after the closing barrier (newest first).
   template <typename T, typename... Args>
@@ -459,6 +463,14 @@ class GpuTest : public ::testing::Test {
     auto p = std::make_shared<T>(std::forward<Args>(args)...);
     owned_.push_back(p);
     return *p;
+  }
+
+  // Hands an existing object to the fixture, like keep().
+  template <typename T>
+  T& adopt(std::unique_ptr<T> p) {
+    std::shared_ptr<T> shared(std::move(p));
+    owned_.push_back(shared);
+    return *shared;
   }
 
  private:

@@ -168,17 +168,6 @@ class Collectives : public GpuTest {
     ASSERT_EQ(cc().size(), worldSize());
   }
 
-  // A Comm of its own over a new bootstrap (collective: every rank calls it), for tests that change or
-  // close it.
-  std::unique_ptr<Comm> freshComm() {
-    UniqueId id;
-    if (rank() == 0) id = TcpBootstrap::createUniqueId(worldSize());
-    bootstrap().broadcast(id.bytes.data(), id.bytes.size(), 0);
-    CommConfig cfg;
-    cfg.cudaDevice = comm().cudaDevice();
-    return std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank(), worldSize(), id), cfg);
-  }
-
   void TearDown() override {
     if (!process().expectKill && commSlot()) {
       bool broken = false;

@@ -62,21 +62,11 @@ GpuBuffer& upload(std::vector<std::shared_ptr<GpuBuffer>>& keep, const std::vect
   return *keep.back();
 }
 
-class Ep : public GpuTest {
- protected:
-  Comm& freshComm() {
-    UniqueId id;
-    if (rank() == 0) id = TcpBootstrap::createUniqueId(worldSize());
-    bootstrap().broadcast(id.bytes.data(), id.bytes.size(), 0);
-    CommConfig cfg;
-    cfg.cudaDevice = comm().cudaDevice();
-    return keep<Comm>(std::make_shared<TcpBootstrap>(rank(), worldSize(), id), cfg);
-  }
-};
+class Ep : public GpuTest {};
 
 TEST_F(Ep, DispatchAndCombineMatchTheHostReference) {
   MESHCOMM_TEST_REQUIRE_RANKS(2);
-  Comm& c = freshComm();
+  Comm& c = adopt(freshComm());
   const int R = worldSize(), me = rank();
   const int hidden = 256, topk = 4, nScales = 2, experts = 4 * R, El = experts / R;
   ep::EpBuffer& buf = keep<ep::EpBuffer>(c, size_t{64} << 20, 8);

@@ -15,16 +15,6 @@ namespace {
 
 class Windows : public GpuTest {
  protected:
-  // A Comm over a bootstrap of its own (collective).
-  Comm& freshComm() {
-    UniqueId id;
-    if (rank() == 0) id = TcpBootstrap::createUniqueId(worldSize());
-    bootstrap().broadcast(id.bytes.data(), id.bytes.size(), 0);
-    CommConfig cfg;
-    cfg.cudaDevice = comm().cudaDevice();
-    return keep<Comm>(std::make_shared<TcpBootstrap>(rank(), worldSize(), id), cfg);
-  }
-
   // Slot p of every rank's window receives rank p's `bytes`: puts, signals and waits on `s`.
   void exchange(Window& w, const std::vector<GpuBuffer>& sources, uint64_t slot, uint64_t bytes,
                 cudaStream_t s) {
@@ -44,7 +34,7 @@ class Windows : public GpuTest {
 };
 
 TEST_F(Windows, EveryRankPutsIntoEveryWindowAndSignals) {
-  Comm& c = freshComm();
+  Comm& c = adopt(freshComm());
   const int n = worldSize();
   const uint64_t slot = 1 << 20;
   GpuBuffer& windowMemory = keep<GpuBuffer>(slot * n);
@@ -78,7 +68,7 @@ TEST_F(Windows, EveryRankPutsIntoEveryWindowAndSignals) {
 }
 
 TEST_F(Windows, CapturedExchangeReplaysWithNewData) {
-  Comm& c = freshComm();
+  Comm& c = adopt(freshComm());
   const int n = worldSize();
   const uint64_t slot = 4096 + 12, bytes = 4096 + 7;
   GpuBuffer& windowMemory = keep<GpuBuffer>(slot * n);
@@ -113,7 +103,7 @@ TEST_F(Windows, CapturedExchangeReplaysWithNewData) {
 }
 
 TEST_F(Windows, APutThatDoesNotFitIsRefusedNamingThePeer) {
-  Comm& c = freshComm();
+  Comm& c = adopt(freshComm());
   const uint64_t bytes = 1024;
   GpuBuffer& windowMemory = keep<GpuBuffer>(bytes);
   GpuBuffer& source = keep<GpuBuffer>(2 * bytes);
