@@ -89,7 +89,7 @@ class EpBuffer::Impl {
   HostMappedBuffer hostCounts_;
   std::vector<RegisteredMemory> memories_;  // [peer]: its region mapped here; own at [rank]
   KernelView view_{};
-  uint64_t sends_ = 0;  // dispatchSend calls: the tag waitReceiveCounts waits for
+  uint64_t sends_ = 0;  // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
   int localExperts_ = 0;
 };
 
@@ -156,15 +156,16 @@ void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaSt
   impl_->requirePointer(in.tokensPerRank, op, "num_tokens_per_rank");
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
   impl_->localExperts_ = shape.numExperts / impl_->size_;
-  ++impl_->sends_;
-  kernels::launchDispatchSend(impl_->view_, in, shape, stream);
+  KernelView view = impl_->view_;
+  view.hostTicket = ++impl_->sends_;
+  kernels::launchDispatchSend(view, in, shape, stream);
 }
 
 ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
   const auto* counts = static_cast<const volatile HostCounts*>(impl_->hostCounts_.host());
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(1);
-  while (counts->tag < impl_->sends_) {
+  while (counts->tag != impl_->sends_) {
     impl_->comm_.checkError();  // a peer that never sends its counts is a device timeout
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeoutSec) {
       MESHCOMM_THROW(ErrorCode::Timeout, "rank ", impl_->rank_,

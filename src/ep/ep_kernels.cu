@@ -179,7 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       *v.receivedRows = total[me];
       v.hostCounts->rows = total[me];
       __threadfence_system();
-      device::storeReleaseSys(&v.hostCounts->tag, e);
+      device::storeReleaseSys(&v.hostCounts->tag, v.hostTicket);
     }
   }
 

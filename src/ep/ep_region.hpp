@@ -65,7 +65,9 @@ struct RegionLayout {
   uint64_t headerBytes() const { return rows; }
 };
 
-// This rank's received totals, written by the GPU into host-mapped memory (`tag` last: the call's epoch).
+// This rank's received totals, written by the GPU into host-mapped memory (`tag` last: the host's ticket of
+// the dispatchSend that wrote them; a graph replay writes its captured ticket, never the one the host
+// awaits).
 struct HostCounts {
   int32_t rows;
   int32_t perLocalExpert[kMaxExperts];
@@ -85,6 +87,7 @@ struct KernelView {
   int32_t* matrix;         // [R][kCountWords]: the count rows of the last dispatch, by source
   int32_t* receivedRows;   // [1]
   HostCounts* hostCounts;  // device pointer of the host-mapped counts
+  uint64_t hostTicket;     // dispatchSend: the tag it writes into hostCounts (set per launch)
 };
 
 }  // namespace meshcomm::ep
