@@ -117,3 +117,21 @@ def test_topk_idx_t_is_int64(ep):
     import torch
 
     assert ep.topk_idx_t == torch.int64
+
+
+def test_the_deep_ep_package_reexports_meshcomm_ep(ep):
+    import sys
+
+    saved = list(sys.path)
+    try:
+        sys.path.insert(0, ep.compat_path())
+        deep_ep = importlib.import_module("deep_ep")
+        utils = importlib.import_module("deep_ep.utils")
+        assert deep_ep.__file__.startswith(ep.compat_path()), deep_ep.__file__
+        assert deep_ep.Buffer is ep.Buffer and deep_ep.Config is ep.Config
+        assert utils.EventOverlap is ep.EventOverlap and utils.EventHandle is ep.EventHandle
+        assert importlib.import_module("deep_ep.buffer").Buffer is ep.Buffer
+    finally:
+        sys.path[:] = saved
+        for name in [n for n in sys.modules if n == "deep_ep" or n.startswith("deep_ep.")]:
+            del sys.modules[name]
