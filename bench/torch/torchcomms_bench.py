@@ -15,15 +15,14 @@ data movement ops, within bf16 rounding for the reductions). ratio = NCCL time /
 faster). Rank 0 prints one table per op and writes --json.
 """
 import argparse
-import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 
 import torch
 import torchcomms
+from run_metadata import run_metadata
 
 OPS = ["all_reduce", "all_gather_single", "reduce_scatter_single", "all_to_all_single"]
 
@@ -73,19 +72,6 @@ class Case:
     def reset(self):
         if self.op == "all_reduce":
             self.output.copy_(self.pristine)
-
-
-def commit():
-    """The meshcomm checkout's commit (and '+changes' for a dirty tree), or 'unknown' outside a checkout."""
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    try:
-        head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain"], capture_output=True, text=True,
-                               check=True).stdout.strip()
-        return head + ("+changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def slowest(comm, value):
@@ -215,10 +201,7 @@ def main():
         print(f"\n{wrong} wrong")
         if args.json:
             with open(args.json, "w") as f:
-                json.dump({"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
-                           "ranks": n, "commit": commit(), "torch": torch.__version__,
-                           "command": f"torchrun --nproc_per_node {n} " + " ".join(sys.argv), "host_us": host,
-                           "rows": rows}, f, indent=1)
+                json.dump({**run_metadata(n), "host_us": host, "rows": rows}, f, indent=1)
     for c in comms.values():
         c.finalize()
     sys.exit(1 if wrong else 0)
