@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the Python package with the torch backend and runs the torch acceptance checks of issue 5 on the GPUs
+# Builds the Python package with the torch backend and runs the torch backend's acceptance checks on the GPUs
 # of this machine; logs and a summary go into OUT_DIR (docs/torch.md).
 #
 #   scripts/torch-check.sh OUT_DIR

@@ -2,7 +2,7 @@
 // caller (a bootstrap barrier), host steady clock from the first launch to the stream's completion divided
 // by the iterations, and the median kept. One timed launch let a one-off stall decide (a host hiccup of
 // ~1 ms, or a rank leaving the TCP barrier late, while the others spin in their kernels: meshcomm-tune saw
-// 21-551 us rows in session 14 that no repeat reproduced).
+// 21-551 us rows that no repeat reproduced).
 #pragma once
 
 #include <algorithm>

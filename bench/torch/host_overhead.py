@@ -1,5 +1,5 @@
 """Host overhead of a torch.distributed collective on the meshcomm backend over the raw meshcomm call
-(issue 5 acceptance: <= 5 us), with ProcessGroupNCCL and a no-op backend alongside for reference.
+(acceptance: <= 5 us), with ProcessGroupNCCL and a no-op backend alongside for reference.
 
     PYTHONPATH=<build>/python torchrun --nproc_per_node 4 bench/torch/host_overhead.py [--calls 500]
 

@@ -1,5 +1,5 @@
 """An MoE-style loop: all_to_all_single with split sizes that change every call, on the meshcomm c10d backend,
-checked element by element and with GPU memory watched (issue 5 acceptance).
+checked element by element and with GPU memory watched (the torch backend's acceptance).
 
     PYTHONPATH=<build>/python torchrun --nproc_per_node 4 bench/torch/moe_alltoall_soak.py [--iters 10000]
 

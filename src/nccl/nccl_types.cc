@@ -223,7 +223,7 @@ constexpr LaunchCost kLaunchCosts[] = {
     {"scatter_ll", Collective::Scatter, 3.5, 400, false},
     {"scatter_scratch", Collective::Scatter, 5.8, 350, true},
     // gather_stream / scatter_stream: the sizes the 4-rank table gives them (gather 1-4 MiB: 5.84, 11.94 us;
-    // scatter 1-64 KiB: 3.31-3.55 us, no bandwidth resolved), bench/results/2026-11-22-session19.md, run 92.
+    // scatter 1-64 KiB: 3.31-3.55 us, no bandwidth resolved), bench/results/2026-11-22-session19.md.
     {"gather_stream", Collective::Gather, 3.8, 387, false},
     {"scatter_stream", Collective::Scatter, 3.4, 400, false},
     {"alltoallv_ll", Collective::AllToAllv, 5.9, 241, true},

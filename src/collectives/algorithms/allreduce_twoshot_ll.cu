@@ -10,7 +10,7 @@ std::shared_ptr<Algorithm> makeAllreduceTwoshotLL() {
   return std::make_shared<LLReductionAlgorithm<LLMode::TwoShot>>(
       "allreduce_twoshot_ll", Collective::AllReduce,
       /*maxBytes=*/4 << 20, /*budgetFraction=*/0.375,
-      /*packsPerBlock=*/64);  // 256 KiB on 4 ranks: 64 blocks, not 32 (13.1 vs 15.1 us on 4x H200, session 8)
+      /*packsPerBlock=*/64);  // 256 KiB on 4 ranks: 64 blocks, not 32 (13.1 vs 15.1 us on 4x H200)
 }
 
 }  // namespace meshcomm::reduction

@@ -19,7 +19,7 @@ constexpr uint32_t kWarpThreads = 32;
 // The local chunk's copy (out of place) is spread over every block. A block's warps that neither receive a
 // packet nor read the header copy its share after the barrier, while the others wait, so the copy's loads
 // delay neither; a block without such a warp copies between its puts and the barrier.
-// (Session 20, 2x H200, nccl-tests alltoall 1-256 KiB: the header written first and read by a thread of a
+// (2x H200, nccl-tests alltoall 1-256 KiB: the header written first and read by a thread of a
 // copying warp cost 0.08-0.20 us a call against no header; written last and read by a warp of its own,
 // 0.02-0.12.)
 template <bool kStreamHeader>

@@ -168,7 +168,7 @@ inline std::string llUnsupportedReason(const CollectiveArgs& args, const CommTop
 
 // Default LL blocks per peer: one packet per thread (kLLPacketsPerThread), at most kLLMaxBlocksPerPeer and
 // the SMs' share of one peer. LL kernels are latency-bound on their flag polls, so more blocks win: with 4
-// packets per thread (before session 14) alltoall_ll took 1.49x and allgather_ll 1.47x as long at 64 KiB on
+// packets per thread alltoall_ll took 1.49x and allgather_ll 1.47x as long at 64 KiB on
 // 4x H200.
 inline int llBlocksPerPeer(uint64_t bytes, int threads, const CommTopology& topo) {
   const uint64_t packets = divUp(bytes, LL16Packet::kPayloadBytes);
