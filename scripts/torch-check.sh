@@ -11,7 +11,8 @@
 # taking turns step by step (compare_stacks --paired; losses rel. diff <= 1e-3, step time ratio) ->
 # bench/torch/megatron_losses.py: a Megatron-core GPT, tensor + sequence parallel over all ranks, NCCL vs
 # meshcomm (same limits; SKIP when megatron-core does not import) -> bench/torch/moe_alltoall_soak.py (10^4
-# calls with changing splits, memory flat) -> bench/torch/host_overhead.py (torch call over the raw call
+# calls with changing splits, memory flat) -> meshcomm.ep: tests/python/torch/test_ep.py and
+# bench/torch/ep_bench.py (docs/ep.md; ep.log, ep-bench.log, ep_bench.json) -> bench/torch/host_overhead.py (torch call over the raw call
 # <= 5 us). A failed step is recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log train.log
 # megatron.log moe.log overhead.log summary.md.
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
@@ -21,7 +22,7 @@
 # paired runs, Megatron runs per stack alternated; the ratio compares the medians of the runs' median step
 # times; default 3),
 # TORCH_CHECKS (a subset of
-# "c10d package examples train megatron moe overhead" to run after the build, so the checks fit several
+# "c10d package examples train megatron moe ep overhead" to run after the build, so the checks fit several
 # shorter calls).
 set -u -o pipefail
 
@@ -36,12 +37,13 @@ trap 'rm -rf "$TMP"' EXIT
 
 torch_gpu_init torch-check  # PY, NGPUS, NP, TORCHRUN
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
-CHECKS=${TORCH_CHECKS:-c10d package examples train megatron moe overhead}
+CHECKS=${TORCH_CHECKS:-c10d package examples train megatron moe ep overhead}
 want() { [[ " $CHECKS " == *" $1 "* ]]; }
 : >"$OUT/pytest.log"
 : >"$OUT/megatron.log"
 : >"$OUT/moe.log"
 : >"$OUT/overhead.log"
+: >"$OUT/ep.log"
 
 # ---- build ---------------------------------------------------------------------------------------------
 : >"$OUT/build.log"
@@ -69,7 +71,8 @@ done
 # ---- pytest suite --------------------------------------------------------------------------------------
 # -x: a test failing on one rank leaves the others inside its collective, so stop at the first failure.
 if want c10d; then
-  run_step "$OUT/pytest.log" timeout 240 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch"
+  run_step "$OUT/pytest.log" timeout 240 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch" \
+    --ignore="$REPO/tests/python/torch/test_ep.py"
   record c10d-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/pytest.log" | tail -1)"
 fi
 # The package's own tests (CPU + GPU: collectives, execute, DLPack, compile_native on 2 GPUs); needs pytest.
@@ -147,6 +150,12 @@ fi
 if want moe; then
   run_step "$OUT/moe.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/moe_alltoall_soak.py"
   record moe-soak "$(result_of "$RC")" "$SECS" "$(grep -Eo 'rank 0/.*' "$OUT/moe.log" | tail -1 | cut -c1-160)"
+fi
+if want ep; then
+  run_step "$OUT/ep.log" timeout 300 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch/test_ep.py"
+  record ep-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/ep.log" | tail -1)"
+  run_step "$OUT/ep-bench.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/ep_bench.py" --json "$OUT/ep_bench.json"
+  record ep-bench "$(result_of "$RC")" "$SECS" "$(grep -E '^\| meshcomm' "$OUT/ep-bench.log" | tail -1 | cut -c1-160)"
 fi
 if want overhead; then
   run_step "$OUT/overhead.log" timeout 180 "${TORCHRUN[@]}" "$REPO/bench/torch/host_overhead.py"
