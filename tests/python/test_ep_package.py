@@ -99,6 +99,7 @@ class FakeGroup:
     [
         (dict(num_nvl_bytes=1 << 20, low_latency_mode=True), NotImplementedError, "low_latency_mode"),
         (dict(num_nvl_bytes=1 << 20, allow_mnnvl=True), NotImplementedError, "allow_mnnvl"),
+        (dict(num_nvl_bytes=1 << 20, use_fabric=True), NotImplementedError, "use_fabric"),
         (dict(num_nvl_bytes=0), ValueError, "num_nvl_bytes=0"),
         (dict(num_nvl_bytes=1000), ValueError, "multiple of 128"),
     ],
@@ -111,6 +112,15 @@ def test_the_buffer_refuses_what_it_cannot_run_before_communicating(ep, kwargs, 
 def test_a_group_larger_than_a_node_is_refused(ep):
     with pytest.raises(NotImplementedError, match="16 ranks"):
         ep.Buffer(FakeGroup(0, 16), num_nvl_bytes=1 << 20)
+
+
+def test_the_constructor_takes_deepeps_v1_parameters_in_order(ep):
+    import inspect
+
+    names = list(inspect.signature(ep.Buffer.__init__).parameters)[1:]
+    assert names == ["group", "num_nvl_bytes", "num_rdma_bytes", "low_latency_mode", "num_qps_per_rank",
+                     "allow_nvlink_for_low_latency_mode", "allow_mnnvl", "use_fabric", "explicitly_destroy",
+                     "enable_shrink", "comm"]
 
 
 def test_topk_idx_t_is_int64(ep):

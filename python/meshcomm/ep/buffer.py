@@ -64,6 +64,7 @@ class Buffer:
         num_qps_per_rank: int = 24,
         allow_nvlink_for_low_latency_mode: bool = True,
         allow_mnnvl: bool = False,
+        use_fabric: bool = False,
         explicitly_destroy: bool = False,
         enable_shrink: bool = False,
         comm=None,
@@ -74,8 +75,8 @@ class Buffer:
         where = f"meshcomm.ep.Buffer: rank {self.rank}"
         if low_latency_mode:
             _not_implemented("low_latency_mode=True")
-        if allow_mnnvl or enable_shrink or comm is not None:
-            _not_implemented("allow_mnnvl, enable_shrink and an external comm")
+        if allow_mnnvl or use_fabric or enable_shrink or comm is not None:
+            _not_implemented("allow_mnnvl, use_fabric, enable_shrink and an external comm")
         if self.group_size > NUM_MAX_NVL_PEERS:
             _not_implemented(f"a group of {self.group_size} ranks (internode dispatch; at most {NUM_MAX_NVL_PEERS})")
         if num_nvl_bytes <= 0:
