@@ -118,6 +118,12 @@ size_t EpBuffer::bytes() const {
 int EpBuffer::blocks() const {
   return impl_->blocks_;
 }
+void* EpBuffer::localData() const {
+  return static_cast<char*>(impl_->region_.data()) + impl_->layout_.rows;
+}
+size_t EpBuffer::localDataBytes() const {
+  return impl_->bytes_ - impl_->layout_.rows;
+}
 
 int64_t EpBuffer::dispatchCapacity(const Shape& shape) const {
   return static_cast<int64_t>(impl_->layout_.rowsBytes / RowLayout::of(shape).stride);

@@ -77,6 +77,18 @@ class EpRuntime {
     return *buffer_;
   }
 
+  // The data area of this rank's region as `dtype` elements from element `offset` (a view, not owning).
+  at::Tensor localData(at::ScalarType dtype, int64_t offset) {
+    const char* op = "get_local_buffer_tensor";
+    ep::EpBuffer& b = buffer(op);
+    const int64_t element = static_cast<int64_t>(c10::elementSize(dtype));
+    const int64_t elements = static_cast<int64_t>(b.localDataBytes()) / element;
+    TORCH_CHECK(offset >= 0 && offset <= elements, "meshcomm.ep: rank ", rank_, ": ", op, ": offset ", offset,
+                " outside the buffer's ", elements, " elements of ", dtype);
+    return at::from_blob(static_cast<char*>(b.localData()) + offset * element, {elements - offset},
+                         at::TensorOptions().dtype(dtype).device(device_));
+  }
+
   int64_t dispatchCapacity(const ep::Shape& s) { return buffer("capacity").dispatchCapacity(s); }
   int64_t combineCapacity(const ep::Shape& s) { return buffer("capacity").combineCapacity(s); }
 
@@ -210,6 +222,7 @@ PYBIND11_MODULE(_torch_ep, m) {
       .def(py::init<const py::bytes&, int, int, int, int64_t, int>(), py::arg("unique_id"), py::arg("rank"),
            py::arg("size"), py::arg("device"), py::arg("bytes"), py::arg("blocks"))
       .def("destroy", &EpRuntime::destroy)
+      .def("local_data", &EpRuntime::localData, py::arg("dtype"), py::arg("offset"))
       .def("dispatch_capacity", &EpRuntime::dispatchCapacity)
       .def("combine_capacity", &EpRuntime::combineCapacity)
       .def("layout", &EpRuntime::layout)

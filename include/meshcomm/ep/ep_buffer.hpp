@@ -104,6 +104,11 @@ class EpBuffer {
   int size() const;
   size_t bytes() const;
   int blocks() const;
+  // This rank's data area (device memory): the rows dispatch receives into, then the combine slabs; the
+  // protocol's counters and packets lie before it. What a dispatch or combine leaves there is overwritten
+  // by the next one (DeepEP's get_local_buffer_tensor).
+  void* localData() const;
+  size_t localDataBytes() const;
 
   // Rows of `shape` a dispatch can receive, and tokens a combine can return, with this buffer.
   int64_t dispatchCapacity(const Shape& shape) const;

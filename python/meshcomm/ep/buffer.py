@@ -149,8 +149,24 @@ class Buffer:
     def get_comm_stream(self) -> torch.cuda.Stream:
         return self._comm_stream
 
-    def get_local_buffer_tensor(self, *args, **kwargs):
-        _not_implemented("get_local_buffer_tensor (the region is laid out by meshcomm, not by the caller)")
+    def get_local_buffer_tensor(
+        self, dtype: torch.dtype, size: Optional[torch.Size] = None, offset: int = 0, use_rdma_buffer: bool = False
+    ) -> torch.Tensor:
+        """A view of this rank's data area (the rows dispatch receives into, then the combine slabs) as ``dtype``
+        elements from element ``offset``; shaped ``size`` when given. The next dispatch or combine overwrites it."""
+        op = "get_local_buffer_tensor"
+        if use_rdma_buffer:
+            _not_implemented("the RDMA buffer (internode mode)")
+        tensor = self._live(op).local_data(dtype, offset)
+        if size is None:
+            return tensor
+        size = torch.Size(size)
+        if tensor.numel() < size.numel():
+            raise ValueError(
+                f"meshcomm.ep.Buffer: rank {self.rank}: {op}: {size.numel()} elements requested, the buffer holds "
+                f"{tensor.numel()} from offset {offset}"
+            )
+        return tensor[: size.numel()].view(size)
 
     def clean_low_latency_buffer(self, *args, **kwargs):
         _not_implemented("the low-latency mode")

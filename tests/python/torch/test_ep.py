@@ -303,3 +303,24 @@ def test_bad_arguments_name_rank_op_and_argument(world, buf):
     recv_x, *_ = buf.dispatch(x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=per_rank,
                               is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
     assert_same(recv_x, expected_receive(world, "errors", num_experts)[0], "recv_x after the refusals")
+
+
+def test_the_local_buffer_tensor_is_the_data_area_and_writing_it_breaks_nothing(world, buf):
+    torch = world.torch
+    whole = buf.get_local_buffer_tensor(torch.int32)
+    assert whole.device == world.device and whole.dtype == torch.int32
+    assert 0 < whole.numel() * 4 <= buf.num_nvl_bytes
+    part = buf.get_local_buffer_tensor(torch.bfloat16, torch.Size([64, 128]), offset=256)
+    assert part.shape == (64, 128)
+    part.fill_(3.0)
+    torch.cuda.synchronize()
+    assert int(whole[128:128 + 64 * 128 // 2].eq(0x40404040).sum()) == 64 * 128 // 2  # bf16 3.0 = 0x4040
+    whole.fill_(-1)  # garbage everywhere in the data area: the protocol state lies outside it
+    torch.cuda.synchronize()
+    num_experts = EXPERTS_PER_RANK * world.size
+    x, idx, w, per_rank, per_expert, in_rank = dispatch_inputs(world, buf, "local-buffer", num_experts)
+    recv_x, *_ = buf.dispatch(x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=per_rank,
+                              is_token_in_rank=in_rank, num_tokens_per_expert=per_expert)
+    assert_same(recv_x, expected_receive(world, "local-buffer", num_experts)[0], "recv_x after writing the area")
+    with pytest.raises(ValueError, match="elements requested"):
+        buf.get_local_buffer_tensor(torch.uint8, torch.Size([whole.numel() * 8]))
