@@ -145,3 +145,25 @@ def test_the_deep_ep_package_reexports_meshcomm_ep(ep):
         sys.path[:] = saved
         for name in [n for n in sys.modules if n == "deep_ep" or n.startswith("deep_ep.")]:
             del sys.modules[name]
+
+
+def test_install_deep_ep_writes_and_removes_a_pth_file(ep, tmp_path):
+    import site
+    import sys
+
+    tool = importlib.import_module("meshcomm.ep.install_deep_ep")
+    if tool.other_deep_ep() is not None:
+        pytest.skip(f"DeepEP's deep_ep is importable here ({tool.other_deep_ep()})")
+    tool.main(["--site-dir", str(tmp_path)])
+    pth = tmp_path / tool.PTH_NAME
+    assert pth.read_text().strip() == ep.compat_path()
+    saved = list(sys.path)
+    try:
+        site.addsitedir(str(tmp_path))  # what the interpreter does with site-packages at start-up
+        assert importlib.import_module("deep_ep").Buffer is ep.Buffer
+    finally:
+        sys.path[:] = saved
+        for name in [n for n in sys.modules if n == "deep_ep" or n.startswith("deep_ep.")]:
+            del sys.modules[name]
+    tool.main(["--site-dir", str(tmp_path), "--remove"])
+    assert not pth.exists()
