@@ -182,6 +182,8 @@ ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
     if (pause < std::chrono::microseconds(200)) pause *= 2;
   }
   std::atomic_thread_fence(std::memory_order_acquire);
+  // The send kernel reports a receive that does not fit (it then writes nothing) before it publishes the tag.
+  impl_->comm_.checkError();
   ReceiveCounts r;
   r.rows = counts->rows;
   r.perLocalExpert.assign(impl_->localExperts_, 0);

@@ -373,6 +373,21 @@ def host_rss_bytes():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def test_a_receive_larger_than_the_buffer_is_refused_naming_its_size(world, ep):
+    """A Buffer of 1 MiB holds a few hundred rows of 2 KiB: every rank's dispatch raises (nothing written)."""
+    small = ep.Buffer(world.dist.group.WORLD, num_nvl_bytes=1 << 20, explicitly_destroy=True)
+    try:
+        num_experts = EXPERTS_PER_RANK * world.size
+        x, idx, w, per_rank, per_expert, in_rank = dispatch_inputs(world, small, "overflow", num_experts)
+        received = expected_receive(world, "overflow", num_experts)[0].size(0)
+        with pytest.raises(RuntimeError, match=r"expert-parallel buffer too small: rank \d+ would receive \d+ rows"):
+            small.dispatch(x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=per_rank, is_token_in_rank=in_rank,
+                           num_tokens_per_expert=per_expert)
+        assert received > 0
+    finally:
+        small.destroy()
+
+
 def test_an_expert_index_out_of_range_is_named(world, buf):
     """Last in this file: the device error stays reported on the Buffer's Comm. Every rank routes one entry to
     a missing expert; the layout skips it and the dispatch's wait for its receive count raises, naming it."""
