@@ -11,7 +11,7 @@
 # taking turns step by step (compare_stacks --paired; losses rel. diff <= 1e-3, step time ratio) ->
 # bench/torch/megatron_losses.py: a Megatron-core GPT, tensor + sequence parallel over all ranks, NCCL vs
 # meshcomm (same limits; SKIP when megatron-core does not import) -> bench/torch/moe_alltoall_soak.py (10^4
-# calls with changing splits, memory flat) -> meshcomm.ep: tests/python/torch/test_ep.py and
+# calls with changing splits, memory flat) -> meshcomm.ep: tests/python/torch/test_ep*.py and
 # bench/torch/ep_bench.py (docs/ep.md; ep.log, ep-bench.log, ep_bench.json) -> bench/torch/host_overhead.py (torch call over the raw call
 # <= 5 us). A failed step is recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log train.log
 # megatron.log moe.log overhead.log summary.md.
@@ -72,7 +72,7 @@ done
 # -x: a test failing on one rank leaves the others inside its collective, so stop at the first failure.
 if want c10d; then
   run_step "$OUT/pytest.log" timeout 240 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch" \
-    --ignore="$REPO/tests/python/torch/test_ep.py"
+    --ignore="$REPO/tests/python/torch/test_ep.py" --ignore="$REPO/tests/python/torch/test_ep_low_latency.py"
   record c10d-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/pytest.log" | tail -1)"
 fi
 # The package's own tests (CPU + GPU: collectives, execute, DLPack, compile_native on 2 GPUs); needs pytest.
@@ -152,7 +152,8 @@ if want moe; then
   record moe-soak "$(result_of "$RC")" "$SECS" "$(grep -Eo 'rank 0/.*' "$OUT/moe.log" | tail -1 | cut -c1-160)"
 fi
 if want ep; then
-  run_step "$OUT/ep.log" timeout 300 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch/test_ep.py"
+  run_step "$OUT/ep.log" timeout 300 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch/test_ep.py" \
+    "$REPO/tests/python/torch/test_ep_low_latency.py"
   record ep-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/ep.log" | tail -1)"
   run_step "$OUT/ep-bench.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/ep_bench.py" --json "$OUT/ep_bench.json"
   record ep-bench "$(result_of "$RC")" "$SECS" "$(grep -E '^\| meshcomm' "$OUT/ep-bench.log" | tail -1 | cut -c1-160)"

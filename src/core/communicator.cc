@@ -110,6 +110,10 @@ const char* deviceOpName(uint32_t op) {
       return "EpOverflow";
     case DeviceOp::EpBadExpert:
       return "EpBadExpert";
+    case DeviceOp::EpDispatchWait:
+      return "EpDispatchWait";
+    case DeviceOp::EpCombineWait:
+      return "EpCombineWait";
   }
   return "unknown-op";
 }

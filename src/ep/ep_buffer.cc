@@ -7,8 +7,8 @@
 #include <cstring>
 #include <thread>
 
-#include "collectives/memory_exchange.hpp"
 #include "ep/ep_kernels.cuh"
+#include "ep/peer_regions.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
 
@@ -37,21 +37,14 @@ class EpBuffer::Impl {
                      " multiprocessors (every block spins, so all must be resident)");
     blocks_ = blocks;
     Communicator& c = comm.communicator();
-    region_ = GpuBuffer(bytes);  // zeroed: no LL flag matches, every counter starts at 0
-    memories_ =
-        exchangeWithAllPeers(c, c.registerMemory(region_.data(), bytes), kRegionTag, "EpBuffer: the region");
-    for (int p = 0; p < size_; ++p) {
-      MESHCOMM_REQUIRE(memories_[p].size() == bytes, "rank ", rank_, ": ", what, ": rank ", p, " registered ",
-                       memories_[p].size(), " bytes, this rank ", bytes,
-                       " (every rank must pass the same size)");
-    }
+    regions_ = std::make_unique<PeerRegions>(comm, bytes, kRegionTag, "EpBuffer: the region");
     scratch_ = GpuBuffer(sizeof(int32_t) * (kMaxRanks * (kMaxRanks + 1) + 1));
     hostCounts_ = HostMappedBuffer(sizeof(HostCounts));
     std::memset(hostCounts_.host(), 0, sizeof(HostCounts));
     view_ = KernelView{};
     for (int p = 0; p < size_; ++p) {
-      view_.regions[p] = static_cast<char*>(memories_[p].data());
-      view_.spin[p] = c.spinContext(p);
+      view_.regions[p] = regions_->region(p);
+      view_.spin[p] = regions_->spin(p);
     }
     view_.layout = layout_;
     view_.rank = rank_;
@@ -85,9 +78,9 @@ class EpBuffer::Impl {
   const size_t bytes_;
   const RegionLayout layout_;
   int blocks_ = 0;
-  GpuBuffer region_, scratch_;
+  std::unique_ptr<PeerRegions> regions_;  // this rank's region and every peer's, mapped
+  GpuBuffer scratch_;
   HostMappedBuffer hostCounts_;
-  std::vector<RegisteredMemory> memories_;  // [peer]: its region mapped here; own at [rank]
   KernelView view_{};
   uint64_t sends_ = 0;  // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
   int localExperts_ = 0;
@@ -119,7 +112,7 @@ int EpBuffer::blocks() const {
   return impl_->blocks_;
 }
 void* EpBuffer::localData() const {
-  return static_cast<char*>(impl_->region_.data()) + impl_->layout_.rows;
+  return impl_->regions_->local() + impl_->layout_.rows;
 }
 size_t EpBuffer::localDataBytes() const {
   return impl_->bytes_ - impl_->layout_.rows;

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "ep/ep_epoch.cuh"
 #include "ep/ep_kernels.cuh"
 #include "meshcomm/device/atomics.hpp"
 #include "meshcomm/device/copy.hpp"
@@ -20,26 +21,6 @@ constexpr int kWarps = kThreads / 32;
 // The LL flag of epoch e: never 0 (fresh or zeroed memory never matches).
 __device__ __forceinline__ uint32_t flagOf(uint64_t e) {
   return static_cast<uint32_t>((e - 1) % 0xFFFFFFFFull) + 1;
-}
-
-// This block's epoch: the counter's next value, read before the block counts itself as started.
-__device__ uint64_t beginEpoch(const uint64_t* epoch, uint64_t* started) {
-  __shared__ uint64_t e;
-  if (threadIdx.x == 0) {
-    e = *reinterpret_cast<const volatile uint64_t*>(epoch) + 1;
-    atomicAdd(reinterpret_cast<unsigned long long*>(started), 1ull);
-  }
-  __syncthreads();
-  return e;
-}
-
-// Block 0 advances the epoch once every block of the call has read it (all blocks are resident).
-__device__ void endEpoch(uint64_t e, uint64_t* epoch, const uint64_t* started) {
-  if (blockIdx.x != 0 || threadIdx.x != 0) return;
-  const uint64_t all = e * gridDim.x;
-  while (*reinterpret_cast<const volatile uint64_t*>(started) < all) {
-  }
-  *reinterpret_cast<volatile uint64_t*>(epoch) = e;
 }
 
 // Acquire wait until the counter at `p` (this rank's memory, added to by a peer with release) reaches

@@ -97,7 +97,9 @@ class FakeGroup:
 @pytest.mark.parametrize(
     "kwargs, error, message",
     [
-        (dict(num_nvl_bytes=1 << 20, low_latency_mode=True), NotImplementedError, "low_latency_mode"),
+        (dict(low_latency_mode=True), ValueError, "num_rdma_bytes=0"),
+        (dict(num_rdma_bytes=1 << 20, low_latency_mode=True, allow_nvlink_for_low_latency_mode=False),
+         NotImplementedError, "without NVLink"),
         (dict(num_nvl_bytes=1 << 20, allow_mnnvl=True), NotImplementedError, "allow_mnnvl"),
         (dict(num_nvl_bytes=1 << 20, use_fabric=True), NotImplementedError, "use_fabric"),
         (dict(num_nvl_bytes=0), ValueError, "num_nvl_bytes=0"),
@@ -121,6 +123,13 @@ def test_the_constructor_takes_deepeps_v1_parameters_in_order(ep):
     assert names == ["group", "num_nvl_bytes", "num_rdma_bytes", "low_latency_mode", "num_qps_per_rank",
                      "allow_nvlink_for_low_latency_mode", "allow_mnnvl", "use_fabric", "explicitly_destroy",
                      "enable_shrink", "comm"]
+
+
+def test_the_low_latency_size_hint_is_the_region_layout(ep):
+    # Two halves of E*M messages (16-byte header + 2H) and of E*M combine rows (2H), after 256-aligned flags.
+    M, H, R, E = 128, 7168, 4, 288
+    flags = (2 * 1024 * 8 * 2 + 2 * 8 * 8 + 255) // 256 * 256
+    assert ep.Buffer.get_low_latency_rdma_size_hint(M, H, R, E) == flags + 2 * E * M * (16 + 2 * H) + 2 * E * M * 2 * H
 
 
 def test_topk_idx_t_is_int64(ep):

@@ -15,6 +15,7 @@
 #include "meshcomm/bootstrap.hpp"
 #include "meshcomm/comm.hpp"
 #include "meshcomm/ep/ep_buffer.hpp"
+#include "meshcomm/ep/low_latency_buffer.hpp"
 
 namespace py = pybind11;
 
@@ -43,10 +44,12 @@ cudaStream_t asStream(int64_t stream) {
   return reinterpret_cast<cudaStream_t>(static_cast<intptr_t>(stream));
 }
 
-// One EpBuffer and the Comm it runs on.
+// The buffers of one meshcomm.ep.Buffer and the Comm they run on: an EpBuffer (normal mode) when `bytes` > 0,
+// a LowLatencyBuffer when `lowLatencyBytes` > 0.
 class EpRuntime {
  public:
-  EpRuntime(const py::bytes& uniqueId, int rank, int size, int device, int64_t bytes, int blocks)
+  EpRuntime(const py::bytes& uniqueId, int rank, int size, int device, int64_t bytes, int blocks,
+            int64_t lowLatencyBytes, int lowLatencyBlocks)
       : rank_(rank), device_(at::kCUDA, static_cast<c10::DeviceIndex>(device)) {
     const std::string id = uniqueId;
     UniqueId uid;
@@ -59,7 +62,11 @@ class EpRuntime {
       CommConfig config;
       config.cudaDevice = device;
       comm_ = std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank, size, uid), config);
-      buffer_ = std::make_unique<ep::EpBuffer>(*comm_, static_cast<size_t>(bytes), blocks);
+      if (bytes > 0) buffer_ = std::make_unique<ep::EpBuffer>(*comm_, static_cast<size_t>(bytes), blocks);
+      if (lowLatencyBytes > 0) {
+        lowLatency_ = std::make_unique<ep::LowLatencyBuffer>(*comm_, static_cast<size_t>(lowLatencyBytes),
+                                                             lowLatencyBlocks);
+      }
     });
   }
 
@@ -69,12 +76,99 @@ class EpRuntime {
   void destroy() {
     py::gil_scoped_release release;
     buffer_.reset();
+    lowLatency_.reset();
     comm_.reset();
+    destroyed_ = true;
   }
 
   ep::EpBuffer& buffer(const char* op) {
-    TORCH_CHECK(buffer_, "meshcomm.ep: rank ", rank_, ": ", op, ": the buffer was destroyed");
+    TORCH_CHECK(!destroyed_, "meshcomm.ep: rank ", rank_, ": ", op, ": the buffer was destroyed");
+    TORCH_CHECK(buffer_, "meshcomm.ep: rank ", rank_, ": ", op,
+                ": the Buffer has no normal-mode region (built with num_nvl_bytes=0)");
     return *buffer_;
+  }
+
+  ep::LowLatencyBuffer& lowLatency(const char* op) {
+    TORCH_CHECK(!destroyed_, "meshcomm.ep: rank ", rank_, ": ", op, ": the buffer was destroyed");
+    TORCH_CHECK(lowLatency_, "meshcomm.ep: rank ", rank_, ": ", op,
+                ": the Buffer was built without low_latency_mode=True");
+    return *lowLatency_;
+  }
+
+  uint64_t lowLatencyDispatch(const at::Tensor& x, const at::Tensor& topkIdx, at::Tensor& recvX,
+                              const OptTensor& recvScales, at::Tensor& recvCount, at::Tensor& srcInfo,
+                              at::Tensor& layoutRange, const OptTensor& cumulativeStats,
+                              const OptTensor& waitStats, int maxTokens, int numExperts, bool fp8,
+                              bool roundScale, bool ue8m0, int phases, uint64_t ticket, int64_t stream) {
+    const char* op = "low_latency_dispatch";
+    checkTensor(rank_, op, "x", x, at::kBFloat16, device_);
+    checkTensor(rank_, op, "topk_idx", topkIdx, at::kLong, device_);
+    TORCH_CHECK(x.dim() == 2 && topkIdx.dim() == 2 && topkIdx.size(0) == x.size(0), "meshcomm.ep: rank ",
+                rank_, ": ", op, ": x must be [tokens, hidden] and topk_idx [tokens, topk]");
+    checkTensor(rank_, op, "packed_recv_count", recvCount, at::kInt, device_);
+    checkTensor(rank_, op, "src_info", srcInfo, at::kInt, device_);
+    checkTensor(rank_, op, "layout_range", layoutRange, at::kLong, device_);
+    if (cumulativeStats) {
+      checkTensor(rank_, op, "cumulative_local_expert_recv_stats", *cumulativeStats, at::kInt, device_);
+    }
+    if (waitStats) checkTensor(rank_, op, "dispatch_wait_recv_cost_stats", *waitStats, at::kLong, device_);
+    ep::LowLatencyDispatchArgs a;
+    a.tokens = static_cast<int>(x.size(0));
+    a.x = x.data_ptr();
+    a.topkIdx = topkIdx.data_ptr<int64_t>();
+    a.fp8 = fp8;
+    a.roundScale = roundScale;
+    a.ue8m0 = ue8m0;
+    a.recvX = recvX.data_ptr();
+    a.recvScales = recvScales ? recvScales->data_ptr() : nullptr;
+    a.recvCount = recvCount.data_ptr<int32_t>();
+    a.srcInfo = srcInfo.data_ptr<int32_t>();
+    a.layoutRange = layoutRange.data_ptr<int64_t>();
+    a.cumulativeRecvStats = dataOf<int32_t>(cumulativeStats);
+    a.waitRecvCostStats = dataOf<int64_t>(waitStats);
+    const ep::LowLatencyShape shape{maxTokens, static_cast<int>(x.size(1)), numExperts,
+                                    static_cast<int>(topkIdx.size(1))};
+    c10::cuda::CUDAGuard guard(device_);
+    return translateErrors(
+        [&] { return lowLatency(op).dispatch(a, shape, phases, ticket, asStream(stream)); });
+  }
+
+  uint64_t lowLatencyCombine(const OptTensor& y, const at::Tensor& srcInfo, const at::Tensor& layoutRange,
+                             const at::Tensor& topkIdx, const at::Tensor& topkWeights, at::Tensor& out,
+                             const OptTensor& waitStats, int maxTokens, int hidden, int numExperts,
+                             int phases, uint64_t ticket, int64_t stream) {
+    const char* op = "low_latency_combine";
+    if (y) checkTensor(rank_, op, "x", *y, at::kBFloat16, device_);
+    checkTensor(rank_, op, "handle's src_info", srcInfo, at::kInt, device_);
+    checkTensor(rank_, op, "handle's layout_range", layoutRange, at::kLong, device_);
+    checkTensor(rank_, op, "topk_idx", topkIdx, at::kLong, device_);
+    checkTensor(rank_, op, "topk_weights", topkWeights, at::kFloat, device_);
+    checkTensor(rank_, op, "out", out, at::kBFloat16, device_);
+    if (waitStats) checkTensor(rank_, op, "combine_wait_recv_cost_stats", *waitStats, at::kLong, device_);
+    ep::LowLatencyCombineArgs a;
+    a.y = y ? y->data_ptr() : nullptr;
+    a.srcInfo = srcInfo.data_ptr<int32_t>();
+    a.layoutRange = layoutRange.data_ptr<int64_t>();
+    a.tokens = static_cast<int>(topkIdx.size(0));
+    a.topkIdx = topkIdx.data_ptr<int64_t>();
+    a.topkWeights = topkWeights.data_ptr<float>();
+    a.out = out.data_ptr();
+    a.waitRecvCostStats = dataOf<int64_t>(waitStats);
+    const ep::LowLatencyShape shape{maxTokens, hidden, numExperts, static_cast<int>(topkIdx.size(1))};
+    c10::cuda::CUDAGuard guard(device_);
+    return translateErrors(
+        [&] { return lowLatency(op).combine(a, shape, phases, ticket, asStream(stream)); });
+  }
+
+  // The zero-copy combine source of `shape` as a [El][R*M][H] bf16 tensor (a view, not owning).
+  at::Tensor lowLatencyCombineSource(int maxTokens, int hidden, int numExperts) {
+    const char* op = "get_next_low_latency_combine_buffer";
+    const int size = static_cast<int>(comm_ ? comm_->size() : 1);
+    const ep::LowLatencyShape shape{maxTokens, hidden, numExperts, 1};
+    c10::cuda::CUDAGuard guard(device_);
+    void* p = translateErrors([&] { return lowLatency(op).combineSource(shape); });
+    return at::from_blob(p, {numExperts / size, static_cast<int64_t>(size) * maxTokens, hidden},
+                         at::TensorOptions().dtype(at::kBFloat16).device(device_));
   }
 
   // The data area of this rank's region as `dtype` elements from element `offset` (a view, not owning).
@@ -198,6 +292,8 @@ class EpRuntime {
   at::Device device_;
   std::unique_ptr<Comm> comm_;
   std::unique_ptr<ep::EpBuffer> buffer_;
+  std::unique_ptr<ep::LowLatencyBuffer> lowLatency_;
+  bool destroyed_ = false;
 };
 
 }  // namespace
@@ -213,14 +309,24 @@ PYBIND11_MODULE(_torch_ep, m) {
         [&] { return meshcomm::TcpBootstrap::createUniqueId(nRanks); });
     return py::bytes(reinterpret_cast<const char*>(id.bytes.data()), id.bytes.size());
   });
+  m.def("low_latency_bytes", [](int maxTokens, int hidden, int ranks, int numExperts) {
+    return meshcomm::ep::LowLatencyBuffer::bytesFor(maxTokens, hidden, ranks, numExperts);
+  });
+  m.attr("LOW_LATENCY_SEND") = static_cast<int>(meshcomm::ep::kLowLatencySend);
+  m.attr("LOW_LATENCY_RECEIVE") = static_cast<int>(meshcomm::ep::kLowLatencyReceive);
+  m.attr("LOW_LATENCY_BOTH") = static_cast<int>(meshcomm::ep::kLowLatencyBoth);
   py::class_<Shape>(m, "Shape")
       .def(py::init([](int hiddenBytes, int scales, int topk, int numExperts) {
              return Shape{hiddenBytes, scales, topk, numExperts};
            }),
            py::arg("hidden_bytes"), py::arg("scales"), py::arg("topk"), py::arg("num_experts"));
   py::class_<EpRuntime>(m, "EpRuntime")
-      .def(py::init<const py::bytes&, int, int, int, int64_t, int>(), py::arg("unique_id"), py::arg("rank"),
-           py::arg("size"), py::arg("device"), py::arg("bytes"), py::arg("blocks"))
+      .def(py::init<const py::bytes&, int, int, int, int64_t, int, int64_t, int>(), py::arg("unique_id"),
+           py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("bytes"), py::arg("blocks"),
+           py::arg("low_latency_bytes"), py::arg("low_latency_blocks"))
+      .def("low_latency_dispatch", &EpRuntime::lowLatencyDispatch)
+      .def("low_latency_combine", &EpRuntime::lowLatencyCombine)
+      .def("low_latency_combine_source", &EpRuntime::lowLatencyCombineSource)
       .def("destroy", &EpRuntime::destroy)
       .def("local_data", &EpRuntime::localData, py::arg("dtype"), py::arg("offset"))
       .def("dispatch_capacity", &EpRuntime::dispatchCapacity)

@@ -21,8 +21,10 @@ enum class DeviceOp : uint32_t {
   FifoFlush = 5,          // PortChannel flush waiting for the proxy
   CountMismatch = 6,      // a receiver's expected byte count differs from what the sender sent (not a wait)
   SendCountMismatch = 7,  // a sender's byte count differs from what the receiver expects (not a wait)
-  EpOverflow = 8,   // an expert-parallel receive does not fit the buffer (expected: rows, observed: room)
-  EpBadExpert = 9,  // an expert index outside [-1, experts) (expected: experts, observed: the index)
+  EpOverflow = 8,       // an expert-parallel receive does not fit the buffer (expected: rows, observed: room)
+  EpBadExpert = 9,      // an expert index outside [-1, experts) (expected: experts, observed: the index)
+  EpDispatchWait = 10,  // a low-latency dispatch waiting for a peer's counts or credit
+  EpCombineWait = 11,   // a low-latency combine waiting for a peer's rows or credit
 };
 
 // Lives in host-mapped pinned memory, one per Communicator. Written by the first device wait that fails.

@@ -9,9 +9,9 @@
 
 Every call runs on the Buffer's communication stream, which first waits for ``previous_event`` (or the
 caller's stream); without ``async_finish`` the caller's stream then waits for it, with it the returned
-EventOverlap carries the completion (docs/ep.md, "Streams"). The kernels are meshcomm::ep::EpBuffer's; the
-normal (high-throughput) intranode mode is implemented; low-latency and internode modes raise
-NotImplementedError.
+EventOverlap carries the completion (docs/ep.md, "Streams"). The normal (high-throughput) mode runs on
+meshcomm::ep::EpBuffer, the low-latency mode (``low_latency_mode=True``, NVLink alone) on
+meshcomm::ep::LowLatencyBuffer; the internode mode raises NotImplementedError.
 """
 
 from typing import List, Optional, Tuple, Union
@@ -32,7 +32,8 @@ except ImportError as e:  # a meshcomm built without torch
 
 topk_idx_t = torch.int64  # dtype of every topk_idx (DeepEP's default)
 
-_CPU_TIMEOUT_S = 100.0  # the host's wait for a dispatch's receive count (DeepEP's NUM_CPU_TIMEOUT_SECS)
+_CPU_TIMEOUT_S = 100.0
+_LOW_LATENCY_BLOCKS = 32  # the low-latency kernels' launch size (one warp per destination expert per pass)  # the host's wait for a dispatch's receive count (DeepEP's NUM_CPU_TIMEOUT_SECS)
 
 Handle = Tuple[torch.Tensor, None, None, torch.Tensor, torch.Tensor, None]
 
@@ -73,19 +74,24 @@ class Buffer:
         self.rank = group.rank()
         self.group_size = group.size()
         where = f"meshcomm.ep.Buffer: rank {self.rank}"
-        if low_latency_mode:
-            _not_implemented("low_latency_mode=True")
+        if low_latency_mode and not allow_nvlink_for_low_latency_mode:
+            _not_implemented("the low-latency mode without NVLink (allow_nvlink_for_low_latency_mode=False)")
         if allow_mnnvl or use_fabric or enable_shrink or comm is not None:
             _not_implemented("allow_mnnvl, use_fabric, enable_shrink and an external comm")
         if self.group_size > NUM_MAX_NVL_PEERS:
             _not_implemented(f"a group of {self.group_size} ranks (internode dispatch; at most {NUM_MAX_NVL_PEERS})")
-        if num_nvl_bytes <= 0:
+        if num_nvl_bytes < 0 or (num_nvl_bytes == 0 and not low_latency_mode):
             raise ValueError(f"{where}: num_nvl_bytes={num_nvl_bytes}; the intranode mode needs a positive size")
         if num_nvl_bytes % 128 != 0:
             raise ValueError(f"{where}: num_nvl_bytes={num_nvl_bytes}; a multiple of 128 is needed (as in DeepEP)")
+        if low_latency_mode and num_rdma_bytes <= 0:
+            raise ValueError(
+                f"{where}: num_rdma_bytes={num_rdma_bytes}; the low-latency mode needs the size "
+                "Buffer.get_low_latency_rdma_size_hint gives"
+            )
         self.num_nvl_bytes = num_nvl_bytes
-        self.num_rdma_bytes = num_rdma_bytes  # unused inside one node
-        self.low_latency_mode = False
+        self.num_rdma_bytes = num_rdma_bytes  # the low-latency region; unused otherwise inside one node
+        self.low_latency_mode = low_latency_mode
         self.explicitly_destroy = explicitly_destroy
         self._device = torch.device("cuda", torch.cuda.current_device())
         self._comm_stream = torch.cuda.Stream(self._device)
@@ -94,8 +100,11 @@ class Buffer:
         box = [_torch_ep.create_unique_id(self.group_size) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
         region_bytes = (num_nvl_bytes + 255) // 256 * 256
+        low_latency_bytes = (num_rdma_bytes + 255) // 256 * 256 if low_latency_mode else 0
+        sms = torch.cuda.get_device_properties(self._device).multi_processor_count
         self._runtime = _torch_ep.EpRuntime(
-            box[0], self.rank, self.group_size, self._device.index, region_bytes, Buffer.num_sms
+            box[0], self.rank, self.group_size, self._device.index, region_bytes, Buffer.num_sms,
+            low_latency_bytes, min(sms, _LOW_LATENCY_BLOCKS),
         )
 
     # ---- lifetime -------------------------------------------------------------------------------------------
@@ -143,8 +152,11 @@ class Buffer:
         return combine_config(num_ranks, Buffer.num_sms)
 
     @staticmethod
-    def get_low_latency_rdma_size_hint(*args, **kwargs) -> int:
-        _not_implemented("the low-latency mode")
+    def get_low_latency_rdma_size_hint(
+        num_max_dispatch_tokens_per_rank: int, hidden: int, num_ranks: int, num_experts: int
+    ) -> int:
+        """The ``num_rdma_bytes`` the low-latency mode needs for this shape (meshcomm's layout, docs/ep.md)."""
+        return int(_torch_ep.low_latency_bytes(num_max_dispatch_tokens_per_rank, hidden, num_ranks, num_experts))
 
     def get_comm_stream(self) -> torch.cuda.Stream:
         return self._comm_stream
@@ -167,18 +179,6 @@ class Buffer:
                 f"{tensor.numel()} from offset {offset}"
             )
         return tensor[: size.numel()].view(size)
-
-    def clean_low_latency_buffer(self, *args, **kwargs):
-        _not_implemented("the low-latency mode")
-
-    def low_latency_dispatch(self, *args, **kwargs):
-        _not_implemented("the low-latency mode")
-
-    def low_latency_combine(self, *args, **kwargs):
-        _not_implemented("the low-latency mode")
-
-    def get_next_low_latency_combine_buffer(self, *args, **kwargs):
-        _not_implemented("the low-latency mode")
 
     def internode_dispatch(self, *args, **kwargs):
         _not_implemented("internode dispatch")
@@ -407,6 +407,124 @@ class Buffer:
         return combined_x, combined_w, event
 
 
+    # ---- low-latency mode ------------------------------------------------------------------------------------
+    def clean_low_latency_buffer(self, num_max_dispatch_tokens_per_rank: int, hidden: int, num_experts: int) -> None:
+        """Checks that the shape fits; nothing needs cleaning (every flag carries its call's epoch)."""
+        need = Buffer.get_low_latency_rdma_size_hint(num_max_dispatch_tokens_per_rank, hidden, self.group_size, num_experts)
+        self._live("clean_low_latency_buffer")
+        if need > self.num_rdma_bytes:
+            raise ValueError(
+                f"meshcomm.ep.Buffer: rank {self.rank}: clean_low_latency_buffer: the shape needs {need} bytes, "
+                f"num_rdma_bytes is {self.num_rdma_bytes}"
+            )
+
+    def _low_latency_streams(self, op: str, async_finish: bool, return_recv_hook: bool):
+        if async_finish and return_recv_hook:
+            raise ValueError(f"meshcomm.ep.Buffer: rank {self.rank}: {op}: async_finish and return_recv_hook exclude each other")
+        compute = torch.cuda.current_stream()
+        if return_recv_hook:
+            return compute, compute
+        self._comm_stream.wait_stream(compute)
+        return compute, self._comm_stream
+
+    def _low_latency_finish(self, compute, launch, async_finish: bool, return_recv_hook: bool, tensors) -> EventOverlap:
+        if async_finish:
+            for t in tensors:
+                if isinstance(t, torch.Tensor):
+                    t.record_stream(launch)
+            return EventOverlap(EventHandle(launch))
+        if not return_recv_hook:
+            compute.wait_stream(launch)
+        return EventOverlap(None)
+
+    def low_latency_dispatch(
+        self,
+        x: torch.Tensor,
+        topk_idx: torch.Tensor,
+        num_max_dispatch_tokens_per_rank: int,
+        num_experts: int,
+        cumulative_local_expert_recv_stats: Optional[torch.Tensor] = None,
+        dispatch_wait_recv_cost_stats: Optional[torch.Tensor] = None,
+        use_fp8: bool = True,
+        round_scale: bool = False,
+        use_ue8m0: bool = False,
+        async_finish: bool = False,
+        return_recv_hook: bool = False,
+    ):
+        """``(recv_x [El, R*M, H] (fp8 with scales, or bf16), recv_count [El], handle, event, hook)``: every
+        (token, expert) pair delivered to the expert's rank, rows by source rank then token; with
+        ``return_recv_hook`` only the send runs now and ``hook()`` launches the receive."""
+        op = "low_latency_dispatch"
+        runtime = self._live(op)
+        where = f"meshcomm.ep.Buffer: rank {self.rank}: {op}"
+        M, R = num_max_dispatch_tokens_per_rank, self.group_size
+        if x.dim() != 2 or num_experts % R != 0:
+            raise ValueError(f"{where}: x must be [tokens, hidden] and num_experts ({num_experts}) a multiple of {R}")
+        H, El = x.size(1), num_experts // R
+        compute, launch = self._low_latency_streams(op, async_finish, return_recv_hook)
+        dev = self._device
+        recv_x = torch.empty(El, R * M, H, dtype=torch.float8_e4m3fn if use_fp8 else torch.bfloat16, device=dev)
+        scales = None
+        if use_fp8 and use_ue8m0:
+            scales = torch.empty(El, H // 512, R * M, dtype=torch.int32, device=dev).transpose(1, 2)
+        elif use_fp8:
+            scales = torch.empty(El, H // 128, R * M, dtype=torch.float32, device=dev).transpose(1, 2)
+        count = torch.empty(El, dtype=torch.int32, device=dev)
+        src_info = torch.empty(El, R * M, dtype=torch.int32, device=dev)
+        layout_range = torch.empty(El, R, dtype=torch.int64, device=dev)
+        args = (x, topk_idx, recv_x, scales, count, src_info, layout_range, cumulative_local_expert_recv_stats,
+                dispatch_wait_recv_cost_stats, M, num_experts, use_fp8, round_scale, use_ue8m0)
+        phases = _torch_ep.LOW_LATENCY_SEND if return_recv_hook else _torch_ep.LOW_LATENCY_BOTH
+        ticket = runtime.low_latency_dispatch(*args, phases, 0, launch.cuda_stream)
+        hook = _receive_hook(runtime.low_latency_dispatch, args, ticket, launch) if return_recv_hook else _no_hook
+        event = self._low_latency_finish(compute, launch, async_finish, return_recv_hook, args[:9])
+        handle = (src_info, layout_range, M, H, num_experts)
+        return ((recv_x, scales) if use_fp8 else recv_x), count, handle, event, hook
+
+    def low_latency_combine(
+        self,
+        x: torch.Tensor,
+        topk_idx: torch.Tensor,
+        topk_weights: torch.Tensor,
+        handle: tuple,
+        use_logfmt: bool = False,
+        zero_copy: bool = False,
+        async_finish: bool = False,
+        return_recv_hook: bool = False,
+        out: Optional[torch.Tensor] = None,
+        combine_wait_recv_cost_stats: Optional[torch.Tensor] = None,
+    ):
+        """``(combined_x [T, H] bf16, event, hook)``: per token, the sum over its top-k of weight x the expert's
+        output row (fp32 accumulation). ``zero_copy`` sends what was written into
+        ``get_next_low_latency_combine_buffer(handle)`` instead of ``x``."""
+        op = "low_latency_combine"
+        runtime = self._live(op)
+        where = f"meshcomm.ep.Buffer: rank {self.rank}: {op}"
+        if use_logfmt:
+            _not_implemented("use_logfmt (LogFMT-10 combine)")
+        src_info, layout_range, M, H, E = handle
+        R = self.group_size
+        if not zero_copy and tuple(x.shape) != (E // R, R * M, H):
+            raise ValueError(f"{where}: x must be [{E // R}, {R * M}, {H}] (the dispatch's layout), got {tuple(x.shape)}")
+        compute, launch = self._low_latency_streams(op, async_finish, return_recv_hook)
+        if out is None:
+            out = torch.empty(topk_idx.size(0), H, dtype=torch.bfloat16, device=self._device)
+        elif tuple(out.shape) != (topk_idx.size(0), H):
+            raise ValueError(f"{where}: out must be [{topk_idx.size(0)}, {H}], got {tuple(out.shape)}")
+        args = (None if zero_copy else x, src_info, layout_range, topk_idx, topk_weights, out,
+                combine_wait_recv_cost_stats, M, H, E)
+        phases = _torch_ep.LOW_LATENCY_SEND if return_recv_hook else _torch_ep.LOW_LATENCY_BOTH
+        ticket = runtime.low_latency_combine(*args, phases, 0, launch.cuda_stream)
+        hook = _receive_hook(runtime.low_latency_combine, args, ticket, launch) if return_recv_hook else _no_hook
+        event = self._low_latency_finish(compute, launch, async_finish, return_recv_hook, args[:7])
+        return out, event, hook
+
+    def get_next_low_latency_combine_buffer(self, handle: tuple) -> torch.Tensor:
+        """The [El, R*M, H] bf16 buffer a ``zero_copy`` combine sends from (write the expert outputs into it)."""
+        _, _, M, H, E = handle
+        return self._live("get_next_low_latency_combine_buffer").low_latency_combine_source(M, H, E)
+
+
 def _scales_as_float(where: str, scales: Optional[torch.Tensor], tokens: int):
     """The scales as a contiguous [T, S] float32 tensor (int32 UE8M0 scales travel as their bits)."""
     if scales is None:
@@ -424,3 +542,16 @@ def _scales_as_float(where: str, scales: Optional[torch.Tensor], tokens: int):
 def _scales_back(recv: torch.Tensor, dtype, one_d: bool) -> torch.Tensor:
     out = recv.view(dtype) if dtype == torch.int32 else recv
     return out.squeeze(1) if one_d else out
+
+
+def _no_hook() -> None:
+    pass
+
+
+def _receive_hook(launch_fn, args, ticket, stream):
+    """DeepEP's recv hook: launches the receive phase of call `ticket` on the stream of its send."""
+
+    def hook() -> None:
+        launch_fn(*args, _torch_ep.LOW_LATENCY_RECEIVE, ticket, stream.cuda_stream)
+
+    return hook

@@ -1,0 +1,179 @@
+// LowLatencyBuffer (include/meshcomm/ep/low_latency_buffer.hpp): the region, the device counters, argument
+// checks, the ticket bookkeeping of split phases, and the launches of low_latency_kernels.cu.
+#include "meshcomm/ep/low_latency_buffer.hpp"
+
+#include "ep/low_latency_kernels.cuh"
+#include "ep/peer_regions.hpp"
+#include "meshcomm/errors.hpp"
+#include "meshcomm/gpu_utils.hpp"
+
+namespace meshcomm::ep {
+
+namespace {
+
+constexpr int kRegionTag = 0x3c00000 + 65;  // distinct from EpBuffer's
+
+// Send/receive bookkeeping of one op: tickets are issued by sends; receives take them in order, and at most
+// two sends may await their receive (the region has two halves).
+struct Tickets {
+  uint64_t sent = 0, received = 0;
+
+  uint64_t send(int rank, const char* op) {
+    MESHCOMM_REQUIRE(
+        sent - received < 2, "rank ", rank, ": ", op,
+        ": two earlier calls still await their receive (call their hooks first; the buffer holds "
+        "two)");
+    return ++sent;
+  }
+  void receive(int rank, const char* op, uint64_t ticket) {
+    MESHCOMM_REQUIRE(ticket == received + 1 && ticket <= sent, "rank ", rank, ": ", op, ": receive of call ",
+                     ticket, " out of order (the next to receive is call ", received + 1, ")");
+    received = ticket;
+  }
+};
+
+}  // namespace
+
+class LowLatencyBuffer::Impl {
+ public:
+  Impl(Comm& comm, size_t bytes, int blocks)
+      : comm_(comm), rank_(comm.rank()), size_(comm.size()), bytes_(bytes), blocks_(blocks) {
+    const char* what = "LowLatencyBuffer";
+    MESHCOMM_REQUIRE(size_ <= kMaxRanks, "rank ", rank_, ": ", what, ": ", size_,
+                     " ranks; the low-latency mode runs on at most ", kMaxRanks, " ranks of one node");
+    CudaDeviceGuard guard(comm.cudaDevice());
+    int sms = 0;
+    MESHCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.cudaDevice()));
+    MESHCOMM_REQUIRE(blocks >= 1 && blocks <= sms, "rank ", rank_, ": ", what, ": ", blocks,
+                     " blocks; 1 to the GPU's ", sms,
+                     " multiprocessors (every block spins, so all must be resident)");
+    regions_ = std::make_unique<PeerRegions>(comm, bytes, kRegionTag, "LowLatencyBuffer: the region");
+    Communicator& c = comm.communicator();
+    view_ = LowLatencyView{};
+    for (int p = 0; p < size_; ++p) {
+      view_.regions[p] = regions_->region(p);
+      view_.spin[p] = regions_->spin(p);
+    }
+    view_.rank = rank_;
+    view_.size = size_;
+    view_.dispatchEpoch = c.allocateCounter();
+    view_.dispatchStarted = c.allocateCounter();
+    view_.combineEpoch = c.allocateCounter();
+    view_.combineStarted = c.allocateCounter();
+    scratch_ = GpuBuffer(sizeof(uint64_t) * 6);  // pending[4], receivesDone[2]; zeroed
+    view_.pending = static_cast<uint64_t*>(scratch_.data());
+    view_.receivesDone = view_.pending + 4;
+  }
+
+  LowLatencyView viewFor(const LowLatencyShape& s, const char* op, uint64_t ticket) const {
+    MESHCOMM_REQUIRE(s.maxTokens > 0 && s.hidden > 0 && s.hidden % 128 == 0, "rank ", rank_, ": ", op,
+                     ": num_max_dispatch_tokens_per_rank ", s.maxTokens, ", hidden ", s.hidden,
+                     " (positive, hidden a multiple of 128)");
+    MESHCOMM_REQUIRE(s.numExperts > 0 && s.numExperts % size_ == 0 && s.numExperts <= kMaxExperts, "rank ",
+                     rank_, ": ", op, ": ", s.numExperts, " experts; a multiple of the ", size_,
+                     " ranks, at most ", kMaxExperts);
+    MESHCOMM_REQUIRE(s.topk >= 1 && s.topk <= 32, "rank ", rank_, ": ", op, ": top-", s.topk, " (1 to 32)");
+    const size_t need = LowLatencyBuffer::bytesFor(s.maxTokens, s.hidden, size_, s.numExperts);
+    MESHCOMM_REQUIRE(need <= bytes_, "rank ", rank_, ": ", op, ": ", s.maxTokens, " tokens of ", s.hidden,
+                     " for ", s.numExperts, " experts need ", need, " bytes, the buffer has ", bytes_,
+                     " (num_rdma_bytes: size it with get_low_latency_rdma_size_hint)");
+    LowLatencyView v = view_;
+    v.layout = LowLatencyLayout::of(s.maxTokens, s.hidden, s.numExperts);
+    v.slot = static_cast<uint32_t>(ticket % 2);
+    return v;
+  }
+
+  Comm& comm_;
+  const int rank_, size_;
+  const size_t bytes_;
+  const int blocks_;
+  std::unique_ptr<PeerRegions> regions_;
+  GpuBuffer scratch_, combineSource_;
+  LowLatencyView view_{};
+  Tickets dispatches_, combines_;
+};
+
+LowLatencyBuffer::LowLatencyBuffer(Comm& comm, size_t bytes, int blocks)
+    : impl_(std::make_unique<Impl>(comm, bytes, blocks)) {}
+
+LowLatencyBuffer::~LowLatencyBuffer() {
+  // Every peer must be done with this region before it goes: drain this GPU, then agree.
+  try {
+    CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+    (void)cudaDeviceSynchronize();
+    impl_->comm_.communicator().bootstrap().barrier();
+  } catch (const std::exception&) {  // a peer already gone: nothing of ours is read any more
+  }
+}
+
+size_t LowLatencyBuffer::bytesFor(int maxTokens, int hidden, int /*ranks*/, int numExperts) {
+  return static_cast<size_t>(LowLatencyLayout::of(maxTokens, hidden, numExperts).total);
+}
+
+uint64_t LowLatencyBuffer::dispatch(const LowLatencyDispatchArgs& a, const LowLatencyShape& s, int phases,
+                                    uint64_t ticket, cudaStream_t stream) {
+  const char* op = "low_latency_dispatch";
+  Impl& m = *impl_;
+  MESHCOMM_REQUIRE(a.tokens >= 0 && a.tokens <= s.maxTokens, "rank ", m.rank_, ": ", op, ": ", a.tokens,
+                   " tokens, num_max_dispatch_tokens_per_rank is ", s.maxTokens);
+  MESHCOMM_REQUIRE(!a.ue8m0 || (a.fp8 && a.roundScale && s.hidden % 512 == 0), "rank ", m.rank_, ": ", op,
+                   ": use_ue8m0 needs use_fp8, round_scale and hidden a multiple of 512");
+  MESHCOMM_REQUIRE(a.tokens == 0 || (a.x && a.topkIdx), "rank ", m.rank_, ": ", op,
+                   ": x or topk_idx is null");
+  MESHCOMM_REQUIRE(a.recvX && a.recvCount && a.srcInfo && a.layoutRange && (!a.fp8 || a.recvScales), "rank ",
+                   m.rank_, ": ", op, ": an output is null");
+  CudaDeviceGuard guard(m.comm_.cudaDevice());
+  if (phases & kLowLatencySend) {
+    const LowLatencyView v =
+        m.viewFor(s, op, m.dispatches_.sent + 1);  // checks the shape before taking a ticket
+    ticket = m.dispatches_.send(m.rank_, op);
+    ll::launchDispatch(v, a, s, kLowLatencySend, m.blocks_, stream);
+  }
+  if (phases & kLowLatencyReceive) {
+    const LowLatencyView v = m.viewFor(s, op, ticket);
+    m.dispatches_.receive(m.rank_, op, ticket);
+    ll::launchDispatch(v, a, s, kLowLatencyReceive, m.blocks_, stream);
+  }
+  return ticket;
+}
+
+uint64_t LowLatencyBuffer::combine(const LowLatencyCombineArgs& a, const LowLatencyShape& s, int phases,
+                                   uint64_t ticket, cudaStream_t stream) {
+  const char* op = "low_latency_combine";
+  Impl& m = *impl_;
+  MESHCOMM_REQUIRE(a.tokens >= 0 && a.tokens <= s.maxTokens, "rank ", m.rank_, ": ", op, ": ", a.tokens,
+                   " tokens, num_max_dispatch_tokens_per_rank is ", s.maxTokens);
+  MESHCOMM_REQUIRE(a.srcInfo && a.layoutRange && (a.tokens == 0 || (a.topkIdx && a.topkWeights && a.out)),
+                   "rank ", m.rank_, ": ", op, ": an argument is null");
+  LowLatencyCombineArgs args = a;
+  if (!args.y) {
+    MESHCOMM_REQUIRE(m.combineSource_.size() > 0, "rank ", m.rank_, ": ", op,
+                     ": zero_copy without get_next_low_latency_combine_buffer");
+    args.y = m.combineSource_.data();
+  }
+  CudaDeviceGuard guard(m.comm_.cudaDevice());
+  if (phases & kLowLatencySend) {
+    const LowLatencyView v =
+        m.viewFor(s, op, m.combines_.sent + 1);  // checks the shape before taking a ticket
+    ticket = m.combines_.send(m.rank_, op);
+    ll::launchCombine(v, args, s, kLowLatencySend, m.blocks_, stream);
+  }
+  if (phases & kLowLatencyReceive) {
+    const LowLatencyView v = m.viewFor(s, op, ticket);
+    m.combines_.receive(m.rank_, op, ticket);
+    ll::launchCombine(v, args, s, kLowLatencyReceive, m.blocks_, stream);
+  }
+  return ticket;
+}
+
+void* LowLatencyBuffer::combineSource(const LowLatencyShape& s) {
+  Impl& m = *impl_;
+  const size_t need = static_cast<size_t>(s.numExperts / m.size_) * m.size_ * s.maxTokens * 2ull * s.hidden;
+  if (m.combineSource_.size() < need) {
+    CudaDeviceGuard guard(m.comm_.cudaDevice());
+    m.combineSource_ = GpuBuffer(need);
+  }
+  return m.combineSource_.data();
+}
+
+}  // namespace meshcomm::ep

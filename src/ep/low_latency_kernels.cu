@@ -1,0 +1,343 @@
+// The low-latency kernels (docs/ep.md, "Low-latency mode"). Every launch has the LowLatencyBuffer's fixed
+// number of blocks, all resident.
+//
+// Memory order. Messages and rows are weak stores into the peer's region; each writer then fences at system
+// scope and one thread publishes with a release store (a count word or a ready word carrying the epoch); the
+// reader acquires that word before any plain load of the data. A receiver, after the last block's reads of a
+// half, stores the call's epoch as a credit into every peer's region; a sender acquires the credit for the
+// half it is about to reuse (epoch - 2) before writing into it.
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include "ep/ep_epoch.cuh"
+#include "ep/low_latency_kernels.cuh"
+#include "meshcomm/device/atomics.hpp"
+#include "meshcomm/device/copy.hpp"
+#include "meshcomm/errors.hpp"
+
+namespace meshcomm::ep::ll {
+
+namespace {
+
+constexpr int kWarps = kThreads / 32;
+constexpr float kFp8Max = 448.0f;
+constexpr float kAmaxFloor = 1e-4f;
+
+__device__ __forceinline__ uint64_t* word(char* region, uint64_t offset, int index) {
+  return reinterpret_cast<uint64_t*>(region + offset) + index;
+}
+
+// Acquire-waits until `pred(value)`; false on timeout or abort (reported through ctx). Adds the cycles waited
+// to `cost` when given.
+template <typename Pred>
+__device__ bool awaitWord(const uint64_t* p, Pred pred, const SpinContext& ctx, DeviceOp op,
+                          uint64_t expected, uint64_t& value, int64_t* cost) {
+  const long long start = clock64();
+  const bool ok = device::spinUntil(
+      [&](uint64_t& seen) {
+        seen = device::loadAcquireSys(p);
+        value = seen;
+        return pred(seen);
+      },
+      ctx, op, expected);
+  if (cost)
+    atomicAdd(reinterpret_cast<unsigned long long*>(cost),
+              static_cast<unsigned long long>(clock64() - start));
+  return ok;
+}
+
+// Waits for `peer`'s credit: it has finished reading the half this epoch reuses (that of epoch - 2).
+__device__ bool awaitCredit(const LowLatencyView& v, uint64_t credits, int peer, uint64_t e, DeviceOp op) {
+  if (e <= 2) return true;
+  uint64_t seen = 0;
+  return awaitWord(
+      word(v.regions[v.rank], credits, peer), [&](uint64_t c) { return device::reached(c, e - 2); },
+      v.spin[peer], op, e - 2, seen, nullptr);
+}
+
+// The last block to finish a receive phase stores the credit `e` into every peer's region.
+__device__ void finishReceive(const LowLatencyView& v, uint64_t* done, uint64_t credits, uint64_t e) {
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    __threadfence_system();  // this block's reads of the half are done before it counts itself
+    last = (atomicAdd(reinterpret_cast<unsigned long long*>(done), 1ull) + 1) % gridDim.x == 0;
+  }
+  __syncthreads();
+  if (last && threadIdx.x < v.size) {
+    __threadfence_system();
+    device::storeReleaseSys(word(v.regions[threadIdx.x], credits, v.rank), e);
+  }
+}
+
+// One token's FP8 message payload, written by a warp: per 128 channels (16 lanes x 8) the amax, the scale,
+// the e4m3 values (saturating), then the scale's inverse at payload + H + 4 * group.
+__device__ void castToFp8(const __nv_bfloat16* x, char* payload, int hidden, bool roundScale, int lane) {
+  const int groups = hidden / 128;
+  for (int g0 = 0; g0 < groups; g0 += 2) {
+    const int g = g0 + lane / 16;
+    const bool active = g < groups;
+    float vals[8];
+    float amax = 0.0f;
+    if (active) {
+      const uint4 packed = *reinterpret_cast<const uint4*>(x + g * 128 + (lane % 16) * 8);
+      const auto* b = reinterpret_cast<const __nv_bfloat16*>(&packed);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        vals[j] = __bfloat162float(b[j]);
+        amax = fmaxf(amax, fabsf(vals[j]));
+      }
+    }
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (!active) continue;
+    amax = fmaxf(amax, kAmaxFloor);
+    float scale, scaleInv;
+    if (roundScale) {
+      const float e = ceilf(log2f(amax / kFp8Max));
+      scaleInv = exp2f(e);
+      scale = exp2f(-e);
+    } else {
+      scaleInv = amax / kFp8Max;
+      scale = kFp8Max / amax;
+    }
+    uint2 out;
+    auto* o = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      o[j] = __nv_cvt_float2_to_fp8x2(make_float2(vals[2 * j] * scale, vals[2 * j + 1] * scale),
+                                      __NV_SATFINITE, __NV_E4M3);
+    }
+    *reinterpret_cast<uint2*>(payload + g * 128 + (lane % 16) * 8) = out;
+    if (lane % 16 == 0) reinterpret_cast<float*>(payload + hidden)[g] = scaleInv;
+  }
+}
+
+__device__ __forceinline__ uint32_t ue8m0Of(float scaleInv) {
+  return (__float_as_uint(scaleInv) >> 23) & 0xffu;
+}
+
+}  // namespace
+
+// Send: one warp per destination expert scans the tokens in order and writes each selected token's message
+// into slot n of [el][me] in the expert's rank, then publishes epoch << 32 | n. Receive: one block per local
+// expert acquires the R count words of this epoch and copies the messages out into DeepEP's layouts.
+__global__ void __launch_bounds__(kThreads, 1)
+    dispatch(LowLatencyView v, LowLatencyDispatchArgs a, LowLatencyShape s, int phase) {
+  const int R = v.size, me = v.rank, El = s.numExperts / R, M = s.maxTokens, H = s.hidden;
+  const int lane = threadIdx.x % 32;
+  const LowLatencyLayout& L = v.layout;
+  if (phase == kLowLatencySend) {
+    const uint64_t e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
+    if (blockIdx.x == 0 && threadIdx.x == 0) v.pending[v.slot] = e;
+    const uint64_t half = e & 1;
+    const int warps = gridDim.x * kWarps;
+    for (int ex = blockIdx.x * kWarps + threadIdx.x / 32; ex < s.numExperts; ex += warps) {
+      const int d = ex / El, el = ex % El;
+      bool ok = true;
+      if (lane == 0) ok = awaitCredit(v, L.dispatchCredits, d, e, DeviceOp::EpDispatchWait);
+      ok = __shfl_sync(0xffffffffu, ok, 0);
+      char* slots = v.regions[d] + L.messages + half * L.messagesHalf +
+                    (static_cast<uint64_t>(el) * R + me) * M * L.messageStride;
+      uint32_t n = 0;
+      for (int base = 0; ok && base < a.tokens; base += 32) {
+        const int t = base + lane;
+        bool selected = false;
+        if (t < a.tokens) {
+          for (int k = 0; k < s.topk; ++k) selected |= a.topkIdx[static_cast<int64_t>(t) * s.topk + k] == ex;
+        }
+        uint32_t mask = __ballot_sync(0xffffffffu, selected);
+        while (mask) {
+          const int token = base + __ffs(mask) - 1;
+          mask &= mask - 1;
+          char* msg = slots + static_cast<uint64_t>(n) * L.messageStride;
+          if (lane == 0) *reinterpret_cast<int32_t*>(msg) = token;
+          const auto* row = static_cast<const __nv_bfloat16*>(a.x) + static_cast<int64_t>(token) * H;
+          if (a.fp8) {
+            castToFp8(row, msg + 16, H, a.roundScale, lane);
+          } else {
+            device::copy(msg + 16, row, 2ull * H, lane, 32);
+          }
+          ++n;
+        }
+      }
+      __threadfence_system();
+      __syncwarp();
+      if (lane == 0 && ok) {
+        device::storeReleaseSys(
+            word(v.regions[d], L.dispatchCounts, static_cast<int>(half) * kMaxExperts + el * R + me),
+            (e << 32) | n);
+      }
+    }
+    endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
+    return;
+  }
+
+  // Receive.
+  const uint64_t e = v.pending[v.slot];
+  const uint64_t half = e & 1;
+  const int64_t RM = static_cast<int64_t>(R) * M;
+  __shared__ int32_t count[kMaxRanks], begin[kMaxRanks + 1];
+  __shared__ bool ok;
+  for (int el = blockIdx.x; el < El; el += gridDim.x) {
+    if (threadIdx.x == 0) ok = true;
+    __syncthreads();
+    if (threadIdx.x < R) {
+      const int j = threadIdx.x;
+      uint64_t value = 0;
+      const uint32_t tag = static_cast<uint32_t>(e);
+      if (!awaitWord(
+              word(v.regions[me], L.dispatchCounts, static_cast<int>(half) * kMaxExperts + el * R + j),
+              [&](uint64_t w) { return static_cast<uint32_t>(w >> 32) == tag; }, v.spin[j],
+              DeviceOp::EpDispatchWait, e, value, a.waitRecvCostStats ? a.waitRecvCostStats + j : nullptr)) {
+        ok = false;
+        value = 0;
+      }
+      count[j] = static_cast<int32_t>(value & 0xffffffffu);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      begin[0] = 0;
+      for (int j = 0; j < R; ++j) begin[j + 1] = begin[j] + count[j];
+      a.recvCount[el] = begin[R];
+      if (a.cumulativeRecvStats) a.cumulativeRecvStats[el] += begin[R];
+    }
+    __syncthreads();
+    if (threadIdx.x < R) {
+      a.layoutRange[el * R + threadIdx.x] =
+          (static_cast<int64_t>(begin[threadIdx.x]) << 32) | static_cast<int64_t>(count[threadIdx.x]);
+    }
+    const int rows = ok ? begin[R] : 0;
+    for (int i = threadIdx.x / 32; i < rows; i += kWarps) {
+      int j = 0;
+      while (j < R - 1 && begin[j + 1] <= i) ++j;
+      const char* msg = v.regions[me] + L.messages + half * L.messagesHalf +
+                        ((static_cast<uint64_t>(el) * R + j) * M + (i - begin[j])) * L.messageStride;
+      const int64_t row = el * RM + i;
+      if (lane == 0) a.srcInfo[row] = *reinterpret_cast<const int32_t*>(msg);
+      if (a.fp8) {
+        device::copy(static_cast<char*>(a.recvX) + row * H, msg + 16, H, lane, 32);
+        const auto* scales = reinterpret_cast<const float*>(msg + 16 + H);
+        const int groups = H / 128;
+        if (a.ue8m0) {
+          for (int q = lane; q < groups / 4; q += 32) {
+            const uint32_t packed = ue8m0Of(scales[4 * q]) | ue8m0Of(scales[4 * q + 1]) << 8 |
+                                    ue8m0Of(scales[4 * q + 2]) << 16 | ue8m0Of(scales[4 * q + 3]) << 24;
+            static_cast<uint32_t*>(a.recvScales)[(static_cast<int64_t>(el) * (groups / 4) + q) * RM + i] =
+                packed;
+          }
+        } else {
+          for (int g = lane; g < groups; g += 32)
+            static_cast<float*>(a.recvScales)[(static_cast<int64_t>(el) * groups + g) * RM + i] = scales[g];
+        }
+      } else {
+        device::copy(static_cast<char*>(a.recvX) + row * 2 * H, msg + 16, 2ull * H, lane, 32);
+      }
+    }
+    __syncthreads();
+  }
+  finishReceive(v, v.receivesDone, L.dispatchCredits, e);
+}
+
+// Send: one block per local expert returns each received row to its source rank, at [global expert][token] in
+// the source's half, then publishes the epoch in the source's ready word of that expert. Receive: every block
+// acquires the E ready words of this epoch; one warp per token sums its top-k rows, weighted, in fp32.
+__global__ void __launch_bounds__(kThreads, 1)
+    combine(LowLatencyView v, LowLatencyCombineArgs a, LowLatencyShape s, int phase) {
+  const int R = v.size, me = v.rank, El = s.numExperts / R, M = s.maxTokens, H = s.hidden;
+  const int lane = threadIdx.x % 32;
+  const LowLatencyLayout& L = v.layout;
+  const uint64_t rowBytes = 2ull * H;
+  if (phase == kLowLatencySend) {
+    const uint64_t e = beginEpoch(v.combineEpoch, v.combineStarted);
+    if (blockIdx.x == 0 && threadIdx.x == 0) v.pending[2 + v.slot] = e;
+    const uint64_t half = e & 1;
+    const int64_t RM = static_cast<int64_t>(R) * M;
+    __shared__ bool ok;
+    if (threadIdx.x == 0) ok = true;
+    __syncthreads();
+    if (threadIdx.x < R && !awaitCredit(v, L.combineCredits, threadIdx.x, e, DeviceOp::EpCombineWait))
+      ok = false;
+    __syncthreads();
+    for (int el = blockIdx.x; el < El; el += gridDim.x) {
+      const int ex = me * El + el;
+      const int64_t last = a.layoutRange[el * R + R - 1];
+      const int rows = ok ? static_cast<int>((last >> 32) + (last & 0xffffffff)) : 0;
+      for (int i = threadIdx.x / 32; i < rows; i += kWarps) {
+        int j = 0;
+        while (j < R - 1 && (a.layoutRange[el * R + j + 1] >> 32) <= i) ++j;
+        const int32_t t = a.srcInfo[el * RM + i];
+        if (t < 0 || t >= M) {
+          if (lane == 0)
+            device::reportTimeout(v.spin[j], DeviceOp::EpOverflow, static_cast<uint64_t>(t) + 1, M, 0);
+          continue;
+        }
+        char* dst =
+            v.regions[j] + L.rows + half * L.rowsHalf + (static_cast<uint64_t>(ex) * M + t) * rowBytes;
+        device::copy(dst, static_cast<const char*>(a.y) + (el * RM + i) * rowBytes, rowBytes, lane, 32);
+      }
+      __threadfence_system();
+      __syncthreads();
+      if (threadIdx.x < R) {
+        device::storeReleaseSys(
+            word(v.regions[threadIdx.x], L.combineReady, static_cast<int>(half) * kMaxExperts + ex), e);
+      }
+    }
+    endEpoch(e, v.combineEpoch, v.combineStarted);
+    return;
+  }
+
+  // Receive.
+  const uint64_t e = v.pending[2 + v.slot];
+  const uint64_t half = e & 1;
+  __shared__ bool ready;
+  if (threadIdx.x == 0) ready = true;
+  __syncthreads();
+  for (int ex = threadIdx.x; ex < s.numExperts; ex += blockDim.x) {
+    uint64_t value = 0;
+    const int owner = ex / El;
+    if (!awaitWord(
+            word(v.regions[me], L.combineReady, static_cast<int>(half) * kMaxExperts + ex),
+            [&](uint64_t w) { return w == e; }, v.spin[owner], DeviceOp::EpCombineWait, e, value,
+            a.waitRecvCostStats ? a.waitRecvCostStats + owner : nullptr))
+      ready = false;
+  }
+  __syncthreads();
+  const char* rowsHalf = v.regions[me] + L.rows + half * L.rowsHalf;
+  for (int t = blockIdx.x * kWarps + threadIdx.x / 32; ready && t < a.tokens; t += gridDim.x * kWarps) {
+    for (int h = lane * 8; h < H; h += 32 * 8) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      for (int k = 0; k < s.topk; ++k) {
+        const int64_t ex = a.topkIdx[static_cast<int64_t>(t) * s.topk + k];
+        if (ex < 0 || ex >= s.numExperts) continue;
+        const float w = a.topkWeights[static_cast<int64_t>(t) * s.topk + k];
+        const uint4 packed = *reinterpret_cast<const uint4*>(
+            rowsHalf + (static_cast<uint64_t>(ex) * M + t) * rowBytes + 2ull * h);
+        const auto* b = reinterpret_cast<const __nv_bfloat16*>(&packed);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += w * __bfloat162float(b[j]);
+      }
+      uint4 packed;
+      auto* o = reinterpret_cast<__nv_bfloat16*>(&packed);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
+      *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.out) + static_cast<int64_t>(t) * H + h) =
+          packed;
+    }
+  }
+  finishReceive(v, v.receivesDone + 1, L.combineCredits, e);
+}
+
+void launchDispatch(const LowLatencyView& v, const LowLatencyDispatchArgs& a, const LowLatencyShape& s,
+                    int phase, int blocks, cudaStream_t stream) {
+  dispatch<<<blocks, kThreads, 0, stream>>>(v, a, s, phase);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchCombine(const LowLatencyView& v, const LowLatencyCombineArgs& a, const LowLatencyShape& s,
+                   int phase, int blocks, cudaStream_t stream) {
+  combine<<<blocks, kThreads, 0, stream>>>(v, a, s, phase);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace meshcomm::ep::ll
