@@ -143,6 +143,7 @@ void EpBuffer::layout(const int64_t* topkIdx, int tokens, const Shape& shape, co
 
 void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaStream_t stream) {
   const char* op = "dispatch";
+  impl_->comm_.checkError();  // a failure of an earlier call that no host wait saw raises here
   impl_->checkShape(shape, op);
   MESHCOMM_REQUIRE(in.tokens >= 0 && in.expertAlignment >= 1, "rank ", impl_->rank_, ": ", op, ": ",
                    in.tokens, " tokens, expert alignment ", in.expertAlignment);
@@ -199,6 +200,7 @@ void EpBuffer::dispatchReceive(const DispatchOutputs& out, const Shape& shape, c
 void EpBuffer::combine(const CombineInputs& in, const Shape& shape, const CombineOutputs& out,
                        cudaStream_t stream) {
   const char* op = "combine";
+  impl_->comm_.checkError();
   impl_->checkShape(shape, op);
   MESHCOMM_REQUIRE(in.rows >= 0 && in.tokens >= 0, "rank ", impl_->rank_, ": ", op, ": ", in.rows, " rows, ",
                    in.tokens, " tokens");

@@ -114,6 +114,8 @@ uint64_t LowLatencyBuffer::dispatch(const LowLatencyDispatchArgs& a, const LowLa
                                     uint64_t ticket, cudaStream_t stream) {
   const char* op = "low_latency_dispatch";
   Impl& m = *impl_;
+  m.comm_
+      .checkError();  // a failure of an earlier call (a bad expert index, a peer that never came) raises here
   MESHCOMM_REQUIRE(a.tokens >= 0 && a.tokens <= s.maxTokens, "rank ", m.rank_, ": ", op, ": ", a.tokens,
                    " tokens, num_max_dispatch_tokens_per_rank is ", s.maxTokens);
   MESHCOMM_REQUIRE(!a.ue8m0 || (a.fp8 && a.roundScale && s.hidden % 512 == 0), "rank ", m.rank_, ": ", op,
@@ -141,6 +143,7 @@ uint64_t LowLatencyBuffer::combine(const LowLatencyCombineArgs& a, const LowLate
                                    uint64_t ticket, cudaStream_t stream) {
   const char* op = "low_latency_combine";
   Impl& m = *impl_;
+  m.comm_.checkError();
   MESHCOMM_REQUIRE(a.tokens >= 0 && a.tokens <= s.maxTokens, "rank ", m.rank_, ": ", op, ": ", a.tokens,
                    " tokens, num_max_dispatch_tokens_per_rank is ", s.maxTokens);
   MESHCOMM_REQUIRE(a.srcInfo && a.layoutRange && (a.tokens == 0 || (a.topkIdx && a.topkWeights && a.out)),

@@ -144,7 +144,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int t = base + lane;
         bool selected = false;
         if (t < a.tokens) {
-          for (int k = 0; k < s.topk; ++k) selected |= a.topkIdx[static_cast<int64_t>(t) * s.topk + k] == ex;
+          for (int k = 0; k < s.topk; ++k) {
+            const int64_t idx = a.topkIdx[static_cast<int64_t>(t) * s.topk + k];
+            selected |= idx == ex;
+            if (ex == 0 && (idx < -1 || idx >= s.numExperts))
+              device::reportTimeout(v.spin[me], DeviceOp::EpBadExpert, s.numExperts,
+                                    static_cast<uint64_t>(idx), 0);
+          }
         }
         uint32_t mask = __ballot_sync(0xffffffffu, selected);
         while (mask) {

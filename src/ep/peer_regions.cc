@@ -14,7 +14,8 @@ PeerRegions::PeerRegions(Comm& comm, size_t bytes, int tag, const char* what) : 
   memories_ = exchangeWithAllPeers(c, c.registerMemory(local_.data(), bytes), tag, what);
   for (int p = 0; p < comm.size(); ++p) {
     MESHCOMM_REQUIRE(memories_[p].size() == bytes, "rank ", rank, ": ", what, ": rank ", p, " registered ",
-                     memories_[p].size(), " bytes, this rank ", bytes, " (every rank must pass the same size)");
+                     memories_[p].size(), " bytes, this rank ", bytes,
+                     " (every rank must pass the same size)");
   }
 }
 
