@@ -155,7 +155,7 @@ if want ep; then
   run_step "$OUT/ep.log" timeout 300 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch/test_ep.py" \
     "$REPO/tests/python/torch/test_ep_low_latency.py"
   record ep-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/ep.log" | tail -1)"
-  run_step "$OUT/ep-bench.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/ep_bench.py" --json "$OUT/ep_bench.json"
+  run_step "$OUT/ep-bench.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/ep_bench.py" --low-latency --json "$OUT/ep_bench.json"
   record ep-bench "$(result_of "$RC")" "$SECS" "$(grep -E '^\| meshcomm' "$OUT/ep-bench.log" | tail -1 | cut -c1-160)"
 fi
 if want overhead; then

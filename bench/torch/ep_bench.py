@@ -8,6 +8,8 @@ experts chosen at random per token. Dispatch moves every token once to each rank
 combine sums the rows coming back. meshcomm and DeepEP: Buffer.dispatch (layout precomputed, host waits for the
 receive count as in DeepEP's benchmark) and Buffer.combine; NCCL: the rows packed by destination (index_select),
 all_to_all_single with the counts as splits, then the reverse all_to_all_single and an index_add sum.
+With --low-latency it also times the low-latency mode (DeepEP's low_latency_dispatch with FP8 and
+low_latency_combine, --ll-tokens per rank of --ll-experts experts) against the same NCCL movement at that size.
 Bandwidth is counted as DeepEP does: received rows x hidden bytes (bf16, or FP8 plus scales) / time. Time per call:
 CUDA events over --iters calls after --warmup, the slowest rank's mean. Results are compared with the NCCL path
 (received rows exactly, combined rows within DeepEP's calc_diff < 5e-6) before timing. Rank 0 prints a table;
@@ -131,6 +133,9 @@ def main():
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--deepep", action="store_true", help="also run DeepEP V1 (deep_ep must be importable)")
+    p.add_argument("--low-latency", action="store_true", help="also time the low-latency mode")
+    p.add_argument("--ll-tokens", type=int, default=128)
+    p.add_argument("--ll-experts", type=int, default=288)
     p.add_argument("--json")
     args = p.parse_args()
     local_rank = int(os.environ["LOCAL_RANK"])
@@ -189,8 +194,60 @@ def main():
             with open(args.json, "w") as f:
                 json.dump({**run_metadata(n), "args": vars(args), "recv_rows_rank0": w.recv_rows, "rows": rows}, f,
                           indent=1)
+    if args.low_latency:
+        low_latency = low_latency_rows(args, rank, n)
+        wrong += sum(0 if r["ok"] else 1 for r in low_latency)
+        if rank == 0:
+            print(f"\n# low-latency mode: {args.ll_tokens} tokens x {args.hidden}, top-{args.topk} of {args.ll_experts}"
+                  " experts; us per call (slowest rank); ratio = NCCL time / meshcomm time")
+            print("| path | dispatch us | combine us | dispatch+combine us | ratio | ok |")
+            print("|---|---|---|---|---|---|")
+            mine = low_latency[0]["both_us"]
+            for r in low_latency:
+                print(f"| {r['path']} | {r['dispatch_us']:.1f} | {r['combine_us']:.1f} | {r['both_us']:.1f} | "
+                      f"{r['both_us'] / mine:.2f} | {'yes' if r['ok'] else 'NO'} |")
+            print(f"\n{wrong} wrong")
+            if args.json:
+                with open(args.json) as f:
+                    saved = json.load(f)
+                saved["low_latency_rows"] = low_latency
+                with open(args.json, "w") as f:
+                    json.dump(saved, f, indent=1)
     dist.destroy_process_group()
     sys.exit(1 if wrong else 0)
+
+
+def low_latency_rows(args, rank, n):
+    """meshcomm's low-latency dispatch (FP8) and combine against NCCL's all_to_all_single path, one shape."""
+    ll_args = argparse.Namespace(**{**vars(args), "tokens": args.ll_tokens, "experts": args.ll_experts})
+    w = Workload(ll_args, rank, n)
+    M, E = args.ll_tokens, args.ll_experts
+    size = meshcomm.ep.Buffer.get_low_latency_rdma_size_hint(M, args.hidden, n, E)
+    buf = meshcomm.ep.Buffer(dist.group.WORLD, num_rdma_bytes=size, low_latency_mode=True, explicitly_destroy=True)
+
+    def dispatch(fp8=True):
+        return buf.low_latency_dispatch(w.x, w.topk_idx, M, E, use_fp8=fp8)
+
+    # Check: BF16 rows sent back unchanged combine to x times the sum of the token's weights.
+    recv_x, _, handle, _, _ = dispatch(fp8=False)
+    combined = buf.low_latency_combine(recv_x, w.topk_idx, w.topk_weights, handle)[0]
+    ok = calc_diff(combined, w.x.float() * w.topk_weights.sum(1, keepdim=True)) < 1e-5
+    flags = torch.tensor([0 if ok else 1], device="cuda")
+    dist.all_reduce(flags)
+    y = recv_x
+    rows = [{"path": "meshcomm", "ok": flags.item() == 0,
+             "dispatch_us": timed(lambda: dispatch(), args.warmup, args.iters),
+             "combine_us": timed(lambda: buf.low_latency_combine(y, w.topk_idx, w.topk_weights, handle), args.warmup,
+                                 args.iters),
+             "both_us": timed(lambda: buf.low_latency_combine(y, w.topk_idx, w.topk_weights, dispatch()[2]),
+                              args.warmup, args.iters)}]
+    buf.destroy()
+    reference = nccl_dispatch(w)
+    rows.append({"path": "nccl", "ok": True,
+                 "dispatch_us": timed(lambda: nccl_dispatch(w), args.warmup, args.iters),
+                 "combine_us": timed(lambda: nccl_combine(w, reference), args.warmup, args.iters),
+                 "both_us": timed(lambda: nccl_combine(w, nccl_dispatch(w)), args.warmup, args.iters)})
+    return rows
 
 
 if __name__ == "__main__":
