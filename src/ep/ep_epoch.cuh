@@ -1,7 +1,7 @@
 // The call epochs of the EP kernels: a device counter (never reset) that every block of a launch reads, and
 // that block 0 advances once all blocks have read it. Flags written with the epoch never match a stale value,
-// so nothing is cleaned between calls, and a captured graph's replays advance it like eager calls. Every block
-// of the launch must be resident (block 0 waits for the others).
+// so nothing is cleaned between calls, and a captured graph's replays advance it like eager calls. Every
+// block of the launch must be resident (block 0 waits for the others).
 #pragma once
 
 #include <cstdint>
