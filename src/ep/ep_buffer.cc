@@ -24,28 +24,17 @@ class EpBuffer::Impl {
  public:
   Impl(Comm& comm, size_t bytes, int blocks)
       : comm_(comm), rank_(comm.rank()), size_(comm.size()), bytes_(bytes), layout_(RegionLayout::of(bytes)) {
-    const char* what = "EpBuffer";
-    MESHCOMM_REQUIRE(size_ <= kMaxRanks, "rank ", rank_, ": ", what, ": ", size_,
-                     " ranks; expert-parallel dispatch runs on at most ", kMaxRanks, " ranks of one node");
-    MESHCOMM_REQUIRE(bytes % 256 == 0 && bytes > layout_.headerBytes(), "rank ", rank_, ": ", what, ": ",
-                     bytes, " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
+    MESHCOMM_REQUIRE(bytes % 256 == 0 && bytes > layout_.headerBytes(), "rank ", rank_, ": EpBuffer: ", bytes,
+                     " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
     CudaDeviceGuard guard(comm.cudaDevice());
-    int sms = 0;
-    MESHCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.cudaDevice()));
-    MESHCOMM_REQUIRE(blocks >= 1 && blocks <= sms, "rank ", rank_, ": ", what, ": ", blocks,
-                     " blocks; 1 to the GPU's ", sms,
-                     " multiprocessors (every block spins, so all must be resident)");
     blocks_ = blocks;
     Communicator& c = comm.communicator();
-    regions_ = std::make_unique<PeerRegions>(comm, bytes, kRegionTag, "EpBuffer: the region");
+    regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
     scratch_ = GpuBuffer(sizeof(int32_t) * (kMaxRanks * (kMaxRanks + 1) + 1));
     hostCounts_ = HostMappedBuffer(sizeof(HostCounts));
     std::memset(hostCounts_.host(), 0, sizeof(HostCounts));
     view_ = KernelView{};
-    for (int p = 0; p < size_; ++p) {
-      view_.regions[p] = regions_->region(p);
-      view_.spin[p] = regions_->spin(p);
-    }
+    regions_->fill(view_.regions, view_.spin);
     view_.layout = layout_;
     view_.rank = rank_;
     view_.size = size_;

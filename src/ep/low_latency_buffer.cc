@@ -38,22 +38,11 @@ class LowLatencyBuffer::Impl {
  public:
   Impl(Comm& comm, size_t bytes, int blocks)
       : comm_(comm), rank_(comm.rank()), size_(comm.size()), bytes_(bytes), blocks_(blocks) {
-    const char* what = "LowLatencyBuffer";
-    MESHCOMM_REQUIRE(size_ <= kMaxRanks, "rank ", rank_, ": ", what, ": ", size_,
-                     " ranks; the low-latency mode runs on at most ", kMaxRanks, " ranks of one node");
     CudaDeviceGuard guard(comm.cudaDevice());
-    int sms = 0;
-    MESHCOMM_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.cudaDevice()));
-    MESHCOMM_REQUIRE(blocks >= 1 && blocks <= sms, "rank ", rank_, ": ", what, ": ", blocks,
-                     " blocks; 1 to the GPU's ", sms,
-                     " multiprocessors (every block spins, so all must be resident)");
-    regions_ = std::make_unique<PeerRegions>(comm, bytes, kRegionTag, "LowLatencyBuffer: the region");
+    regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "LowLatencyBuffer");
     Communicator& c = comm.communicator();
     view_ = LowLatencyView{};
-    for (int p = 0; p < size_; ++p) {
-      view_.regions[p] = regions_->region(p);
-      view_.spin[p] = regions_->spin(p);
-    }
+    regions_->fill(view_.regions, view_.spin);
     view_.rank = rank_;
     view_.size = size_;
     view_.dispatchEpoch = c.allocateCounter();
@@ -81,6 +70,24 @@ class LowLatencyBuffer::Impl {
     v.layout = LowLatencyLayout::of(s.maxTokens, s.hidden, s.numExperts);
     v.slot = static_cast<uint32_t>(ticket % 2);
     return v;
+  }
+
+  // Launches the send and/or receive phase of one op; returns the call's ticket.
+  template <typename Launch>
+  uint64_t run(Tickets& tickets, const LowLatencyShape& s, const char* op, int phases, uint64_t ticket,
+               Launch&& launch) {
+    CudaDeviceGuard guard(comm_.cudaDevice());
+    if (phases & kLowLatencySend) {
+      const LowLatencyView v = viewFor(s, op, tickets.sent + 1);  // checks the shape before taking a ticket
+      ticket = tickets.send(rank_, op);
+      launch(v, kLowLatencySend);
+    }
+    if (phases & kLowLatencyReceive) {
+      const LowLatencyView v = viewFor(s, op, ticket);
+      tickets.receive(rank_, op, ticket);
+      launch(v, kLowLatencyReceive);
+    }
+    return ticket;
   }
 
   Comm& comm_;
@@ -124,19 +131,9 @@ uint64_t LowLatencyBuffer::dispatch(const LowLatencyDispatchArgs& a, const LowLa
                    ": x or topk_idx is null");
   MESHCOMM_REQUIRE(a.recvX && a.recvCount && a.srcInfo && a.layoutRange && (!a.fp8 || a.recvScales), "rank ",
                    m.rank_, ": ", op, ": an output is null");
-  CudaDeviceGuard guard(m.comm_.cudaDevice());
-  if (phases & kLowLatencySend) {
-    const LowLatencyView v =
-        m.viewFor(s, op, m.dispatches_.sent + 1);  // checks the shape before taking a ticket
-    ticket = m.dispatches_.send(m.rank_, op);
-    ll::launchDispatch(v, a, s, kLowLatencySend, m.blocks_, stream);
-  }
-  if (phases & kLowLatencyReceive) {
-    const LowLatencyView v = m.viewFor(s, op, ticket);
-    m.dispatches_.receive(m.rank_, op, ticket);
-    ll::launchDispatch(v, a, s, kLowLatencyReceive, m.blocks_, stream);
-  }
-  return ticket;
+  return m.run(m.dispatches_, s, op, phases, ticket, [&](const LowLatencyView& v, int phase) {
+    ll::launchDispatch(v, a, s, phase, m.blocks_, stream);
+  });
 }
 
 uint64_t LowLatencyBuffer::combine(const LowLatencyCombineArgs& a, const LowLatencyShape& s, int phases,
@@ -154,19 +151,9 @@ uint64_t LowLatencyBuffer::combine(const LowLatencyCombineArgs& a, const LowLate
                      ": zero_copy without get_next_low_latency_combine_buffer");
     args.y = m.combineSource_.data();
   }
-  CudaDeviceGuard guard(m.comm_.cudaDevice());
-  if (phases & kLowLatencySend) {
-    const LowLatencyView v =
-        m.viewFor(s, op, m.combines_.sent + 1);  // checks the shape before taking a ticket
-    ticket = m.combines_.send(m.rank_, op);
-    ll::launchCombine(v, args, s, kLowLatencySend, m.blocks_, stream);
-  }
-  if (phases & kLowLatencyReceive) {
-    const LowLatencyView v = m.viewFor(s, op, ticket);
-    m.combines_.receive(m.rank_, op, ticket);
-    ll::launchCombine(v, args, s, kLowLatencyReceive, m.blocks_, stream);
-  }
-  return ticket;
+  return m.run(m.combines_, s, op, phases, ticket, [&](const LowLatencyView& v, int phase) {
+    ll::launchCombine(v, args, s, phase, m.blocks_, stream);
+  });
 }
 
 void* LowLatencyBuffer::combineSource(const LowLatencyShape& s) {

@@ -7,6 +7,7 @@
 
 #include "meshcomm/comm.hpp"
 #include "meshcomm/device/device_error.hpp"
+#include "meshcomm/ep/ep_buffer.hpp"
 #include "meshcomm/gpu_utils.hpp"
 #include "meshcomm/registered_memory.hpp"
 
@@ -14,10 +15,14 @@ namespace meshcomm::ep {
 
 class PeerRegions {
  public:
-  // Collective over `comm`: allocates `bytes` of zeroed device memory, registers it and maps every peer's
-  // (each must pass the same size; a mismatch names the peer). `what` and `tag` name and separate the
-  // exchange.
-  PeerRegions(Comm& comm, size_t bytes, int tag, const char* what);
+  // Collective over `comm` (at most kMaxRanks ranks): allocates `bytes` of zeroed device memory, registers it
+  // and maps every peer's (each must pass the same size; a mismatch names the peer). `what` and `tag` name
+  // and separate the exchange. `blocks` is the launch size of the kernels that will spin on the regions:
+  // checked against the GPU's multiprocessors, since every block must be resident.
+  PeerRegions(Comm& comm, size_t bytes, int blocks, int tag, const char* what);
+
+  // Every rank's mapped region and spin context, as the kernels' views hold them.
+  void fill(char* (&regions)[kMaxRanks], SpinContext (&spin)[kMaxRanks]) const;
 
   char* region(int rank) const { return static_cast<char*>(memories_[rank].data()); }  // own at comm.rank()
   char* local() const { return static_cast<char*>(local_.data()); }

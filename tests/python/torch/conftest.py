@@ -60,3 +60,13 @@ def world():
               file=sys.stderr, flush=True)
         os._exit(1)
     dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def ep(world):
+    """meshcomm.ep (the EP tests), or a skip naming why it does not import."""
+    try:
+        import meshcomm.ep as ep
+    except ImportError as e:
+        pytest.skip(f"meshcomm.ep is not built here: {e}")
+    return ep

@@ -17,15 +17,6 @@ EXPERTS_PER_RANK = 3
 
 
 @pytest.fixture(scope="module")
-def ep(world):
-    try:
-        import meshcomm.ep as ep
-    except ImportError as e:
-        pytest.skip(f"meshcomm.ep is not built here: {e}")
-    return ep
-
-
-@pytest.fixture(scope="module")
 def buf(world, ep):
     b = ep.Buffer(world.dist.group.WORLD, num_nvl_bytes=256 << 20, explicitly_destroy=True)
     yield b

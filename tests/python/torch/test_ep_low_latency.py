@@ -18,15 +18,6 @@ EXPERTS_PER_RANK = 3
 
 
 @pytest.fixture(scope="module")
-def ep(world):
-    try:
-        import meshcomm.ep as ep
-    except ImportError as e:
-        pytest.skip(f"meshcomm.ep is not built here: {e}")
-    return ep
-
-
-@pytest.fixture(scope="module")
 def buf(world, ep):
     experts = EXPERTS_PER_RANK * world.size
     size = ep.Buffer.get_low_latency_rdma_size_hint(M, HIDDEN, world.size, experts)
