@@ -2,11 +2,14 @@
 // from all ranks' seeded inputs: the layout, dispatch (rows in (source rank, token) order, local expert ids,
 // weights, scales, source indices, the rank prefix matrix, the host's counts, -1 past the received rows) and
 // combine (the sum over the ranks each token went to, weights included), over several calls with new data
-// (the epochs advance), on poisoned outputs; and a receive that does not fit the buffer is reported, not
-// written.
+// (the epochs advance), on poisoned outputs. LowLatencyBuffer likewise: the expert-major layout (counts,
+// layout ranges, source tokens, BF16 rows or FP8 bytes and scales from the same cast on the host) and the
+// weighted combine, with the phases launched together and apart, over calls that reuse both region halves.
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -15,6 +18,7 @@
 #include "gpu_test_env.hpp"
 #include "meshcomm/comm.hpp"
 #include "meshcomm/ep/ep_buffer.hpp"
+#include "meshcomm/ep/low_latency_buffer.hpp"
 
 namespace meshcomm::test {
 namespace {
@@ -216,6 +220,139 @@ TEST_F(Ep, DispatchAndCombineMatchTheHostReference) {
     }
     EXPECT_EQ(badCombine, 0u) << "call " << call << ": combine differs from the reference in " << badCombine
                               << " places";
+    bootstrap().barrier();
+  }
+  c.checkError();
+}
+
+// The low-latency kernel's FP8 cast of one token on the host (scale 448 / amax per 128 channels, saturating).
+void castRowToFp8(const __nv_bfloat16* x, int hidden, uint8_t* q, float* scaleInv) {
+  for (int g = 0; g < hidden / 128; ++g) {
+    float amax = 0.0f;
+    for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(__bfloat162float(x[g * 128 + i])));
+    amax = std::max(amax, 1e-4f);
+    const float scale = 448.0f / amax;
+    scaleInv[g] = amax / 448.0f;
+    for (int i = 0; i < 128; i += 2) {
+      const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(
+          make_float2(__bfloat162float(x[g * 128 + i]) * scale, __bfloat162float(x[g * 128 + i + 1]) * scale),
+          __NV_SATFINITE, __NV_E4M3);
+      std::memcpy(q + g * 128 + i, &pair, 2);
+    }
+  }
+}
+
+TEST_F(Ep, LowLatencyDispatchAndCombineMatchTheHostReference) {
+  MESHCOMM_TEST_REQUIRE_RANKS(2);
+  Comm& c = adopt(freshComm());
+  const int R = worldSize(), me = rank();
+  const int M = 64, hidden = 512, topk = 4, experts = 3 * R, El = experts / R, RM = R * M, G = hidden / 128;
+  const ep::LowLatencyShape shape{M, hidden, experts, topk};
+  ep::LowLatencyBuffer& buf =
+      keep<ep::LowLatencyBuffer>(c, ep::LowLatencyBuffer::bytesFor(M, hidden, R, experts), 8);
+  GpuBuffer stats(sizeof(int) * El);
+  std::vector<int> statsRef(El, 0);
+  for (int call = 0; call < 5; ++call) {
+    const bool fp8 = call % 2 == 1, split = call >= 3;
+    const uint64_t seed = testSeed() + 1000 * call;
+    std::vector<RankInputs> all;
+    for (int r = 0; r < R; ++r)
+      all.push_back(makeInputs(seed, r, M - 7 * r - call, hidden, topk, 0, experts));
+    const RankInputs& mine = all[me];
+    std::vector<std::shared_ptr<GpuBuffer>> bufs;
+    GpuBuffer& dX = upload(bufs, mine.x);
+    GpuBuffer& dTopk = upload(bufs, mine.topkIdx);
+    GpuBuffer& dWeights = upload(bufs, mine.weights);
+    GpuBuffer oX(static_cast<size_t>(El) * RM * hidden * 2), oScales(sizeof(float) * El * G * RM),
+        oCount(sizeof(int) * El), oSrc(sizeof(int) * El * RM), oRange(sizeof(int64_t) * El * R);
+    MESHCOMM_CUDA_CHECK(cudaMemsetAsync(oSrc.data(), 0x7f, oSrc.size(), stream()));
+    ep::LowLatencyDispatchArgs a;
+    a.tokens = mine.tokens;
+    a.x = dX.data();
+    a.topkIdx = static_cast<const int64_t*>(dTopk.data());
+    a.fp8 = fp8;
+    a.recvX = oX.data();
+    a.recvScales = oScales.data();
+    a.recvCount = static_cast<int32_t*>(oCount.data());
+    a.srcInfo = static_cast<int32_t*>(oSrc.data());
+    a.layoutRange = static_cast<int64_t*>(oRange.data());
+    a.cumulativeRecvStats = static_cast<int32_t*>(stats.data());
+    if (split) {
+      const uint64_t ticket = buf.dispatch(a, shape, ep::kLowLatencySend, 0, stream());
+      buf.dispatch(a, shape, ep::kLowLatencyReceive, ticket, stream());
+    } else {
+      buf.dispatch(a, shape, ep::kLowLatencyBoth, 0, stream());
+    }
+    syncAndCheck();
+    const auto gCount = download<int>(oCount, El);
+    const auto gSrc = download<int>(oSrc, static_cast<size_t>(El) * RM);
+    const auto gRange = download<int64_t>(oRange, static_cast<size_t>(El) * R);
+    const auto gX = download<uint8_t>(oX, static_cast<size_t>(El) * RM * hidden * 2);
+    const auto gScales = download<float>(oScales, static_cast<size_t>(El) * G * RM);
+    uint64_t bad = 0;
+    std::vector<uint8_t> q(hidden);
+    std::vector<float> sInv(G);
+    for (int el = 0; el < El; ++el) {
+      const int64_t e = static_cast<int64_t>(me) * El + el;
+      int row = 0;
+      for (int s = 0; s < R; ++s) {
+        const int begin = row;
+        for (int t = 0; t < all[s].tokens; ++t) {
+          bool chosen = false;
+          for (int k = 0; k < topk; ++k) chosen |= all[s].topkIdx[t * topk + k] == e;
+          if (!chosen) continue;
+          const int64_t at = static_cast<int64_t>(el) * RM + row;
+          if (gSrc[at] != t) ++bad;
+          const __nv_bfloat16* x = &all[s].x[static_cast<size_t>(t) * hidden];
+          if (fp8) {
+            castRowToFp8(x, hidden, q.data(), sInv.data());
+            if (std::memcmp(&gX[at * hidden], q.data(), hidden) != 0) ++bad;
+            for (int g = 0; g < G; ++g)
+              if (gScales[(static_cast<int64_t>(el) * G + g) * RM + row] != sInv[g]) ++bad;
+          } else if (std::memcmp(&gX[at * hidden * 2], x, hidden * 2) != 0) {
+            ++bad;
+          }
+          ++row;
+        }
+        if (gRange[el * R + s] != ((static_cast<int64_t>(begin) << 32) | (row - begin))) ++bad;
+      }
+      if (gCount[el] != row) ++bad;
+      statsRef[el] += row;
+    }
+    EXPECT_EQ(bad, 0u) << "call " << call << (fp8 ? " (fp8)" : " (bf16)") << ": dispatch differs in " << bad
+                       << " places";
+    EXPECT_EQ(download<int>(stats, El), statsRef) << "call " << call << ": cumulative receive statistics";
+    if (!fp8) {
+      // Experts return their rows as they came; the owner sums weight x row over its top-k.
+      GpuBuffer out(std::max<size_t>(16, static_cast<size_t>(mine.tokens) * hidden * 2));
+      ep::LowLatencyCombineArgs ca;
+      ca.y = oX.data();
+      ca.srcInfo = a.srcInfo;
+      ca.layoutRange = a.layoutRange;
+      ca.tokens = mine.tokens;
+      ca.topkIdx = a.topkIdx;
+      ca.topkWeights = static_cast<const float*>(dWeights.data());
+      ca.out = out.data();
+      if (split) {
+        const uint64_t ticket = buf.combine(ca, shape, ep::kLowLatencySend, 0, stream());
+        buf.combine(ca, shape, ep::kLowLatencyReceive, ticket, stream());
+      } else {
+        buf.combine(ca, shape, ep::kLowLatencyBoth, 0, stream());
+      }
+      syncAndCheck();
+      const auto gOut = download<__nv_bfloat16>(out, static_cast<size_t>(mine.tokens) * hidden);
+      uint64_t badCombine = 0;
+      for (int t = 0; t < mine.tokens; ++t) {
+        float w = 0.0f;
+        for (int k = 0; k < topk; ++k)
+          if (mine.topkIdx[t * topk + k] >= 0) w += mine.weights[t * topk + k];
+        for (int h = 0; h < hidden; ++h) {
+          const float want = __bfloat162float(__float2bfloat16(w * __bfloat162float(mine.x[t * hidden + h])));
+          if (__bfloat162float(gOut[t * hidden + h]) != want) ++badCombine;
+        }
+      }
+      EXPECT_EQ(badCombine, 0u) << "call " << call << ": combine differs in " << badCombine << " places";
+    }
     bootstrap().barrier();
   }
   c.checkError();
