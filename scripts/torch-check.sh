@@ -12,7 +12,8 @@
 # bench/torch/megatron_losses.py: a Megatron-core GPT, tensor + sequence parallel over all ranks, NCCL vs
 # meshcomm (same limits; SKIP when megatron-core does not import) -> bench/torch/moe_alltoall_soak.py (10^4
 # calls with changing splits, memory flat) -> meshcomm.ep: tests/python/torch/test_ep*.py and
-# bench/torch/ep_bench.py (docs/ep.md; ep.log, ep-bench.log, ep_bench.json) -> bench/torch/host_overhead.py (torch call over the raw call
+# bench/torch/ep_bench.py and bench/torch/megatron_moe.py (Megatron's flex/DeepEP dispatcher on meshcomm.ep
+# vs its alltoall dispatcher; docs/ep.md; ep*.log, ep_bench.json, megatron_moe.json) -> bench/torch/host_overhead.py (torch call over the raw call
 # <= 5 us). A failed step is recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log train.log
 # megatron.log moe.log overhead.log summary.md.
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
@@ -157,6 +158,9 @@ if want ep; then
   record ep-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/ep.log" | tail -1)"
   run_step "$OUT/ep-bench.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/ep_bench.py" --low-latency --json "$OUT/ep_bench.json"
   record ep-bench "$(result_of "$RC")" "$SECS" "$(grep -E '^\| meshcomm' "$OUT/ep-bench.log" | tail -1 | cut -c1-160)"
+  run_step "$OUT/ep-megatron.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/megatron_moe.py" \
+    --json "$OUT/megatron_moe.json"
+  record ep-megatron "$(result_of "$RC")" "$SECS" "$(grep -Eo 'megatron_moe: .*' "$OUT/ep-megatron.log" | tail -1 | cut -c1-200)"
 fi
 if want overhead; then
   run_step "$OUT/overhead.log" timeout 180 "${TORCHRUN[@]}" "$REPO/bench/torch/host_overhead.py"
