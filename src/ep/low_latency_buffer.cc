@@ -13,22 +13,25 @@ namespace {
 
 constexpr int kRegionTag = 0x3c00000 + 65;  // distinct from EpBuffer's
 
-// Send/receive bookkeeping of one op: tickets are issued by sends; receives take them in order, and at most
-// two sends may await their receive (the region has two halves).
+// Send/receive bookkeeping of one op. Sends issue tickets 1, 2, ...; call t uses the region half of its
+// epoch's parity, which call t - 2 used before it, so a send is refused while call t - 2 still awaits its
+// receive. Receives may come in either order, each once.
 struct Tickets {
-  uint64_t sent = 0, received = 0;
+  uint64_t sent = 0;
+  uint64_t awaiting[2] = {0, 0};  // by ticket parity: the ticket awaiting its receive, or 0
 
   uint64_t send(int rank, const char* op) {
-    MESHCOMM_REQUIRE(
-        sent - received < 2, "rank ", rank, ": ", op,
-        ": two earlier calls still await their receive (call their hooks first; the buffer holds "
-        "two)");
-    return ++sent;
+    const uint64_t t = sent + 1;
+    MESHCOMM_REQUIRE(awaiting[t % 2] == 0, "rank ", rank, ": ", op, ": call ", awaiting[t % 2],
+                     " still awaits its receive (call its hook first): two earlier calls are outstanding and "
+                     "the buffer holds two");
+    awaiting[t % 2] = t;
+    return sent = t;
   }
   void receive(int rank, const char* op, uint64_t ticket) {
-    MESHCOMM_REQUIRE(ticket == received + 1 && ticket <= sent, "rank ", rank, ": ", op, ": receive of call ",
-                     ticket, " out of order (the next to receive is call ", received + 1, ")");
-    received = ticket;
+    MESHCOMM_REQUIRE(ticket != 0 && awaiting[ticket % 2] == ticket, "rank ", rank, ": ", op, ": call ",
+                     ticket, " has no receive pending (each hook runs once, after its send)");
+    awaiting[ticket % 2] = 0;
   }
 };
 
@@ -49,7 +52,7 @@ class LowLatencyBuffer::Impl {
     view_.dispatchStarted = c.allocateCounter();
     view_.combineEpoch = c.allocateCounter();
     view_.combineStarted = c.allocateCounter();
-    scratch_ = GpuBuffer(sizeof(uint64_t) * 6);  // pending[4], receivesDone[2]; zeroed
+    scratch_ = GpuBuffer(sizeof(uint64_t) * 8);  // pending[4], receivesDone[2][2]; zeroed
     view_.pending = static_cast<uint64_t*>(scratch_.data());
     view_.receivesDone = view_.pending + 4;
   }

@@ -51,12 +51,14 @@ __device__ bool awaitCredit(const LowLatencyView& v, uint64_t credits, int peer,
   if (e <= 2) return true;
   uint64_t seen = 0;
   return awaitWord(
-      word(v.regions[v.rank], credits, peer), [&](uint64_t c) { return device::reached(c, e - 2); },
-      v.spin[peer], op, e - 2, seen, nullptr);
+      word(v.regions[v.rank], credits, static_cast<int>(e & 1) * kMaxRanks + peer),
+      [&](uint64_t c) { return device::reached(c, e - 2); }, v.spin[peer], op, e - 2, seen, nullptr);
 }
 
-// The last block to finish a receive phase stores the credit `e` into every peer's region.
-__device__ void finishReceive(const LowLatencyView& v, uint64_t* done, uint64_t credits, uint64_t e) {
+// The last block to finish a receive phase stores the credit `e` for its half into every peer's region (the
+// receives of the two halves may run in either order, even concurrently: each half counts its own blocks).
+__device__ void finishReceive(const LowLatencyView& v, int op, uint64_t credits, uint64_t e) {
+  uint64_t* done = v.receivesDone + 2 * op + (e & 1);
   __syncthreads();
   __shared__ bool last;
   if (threadIdx.x == 0) {
@@ -66,7 +68,8 @@ __device__ void finishReceive(const LowLatencyView& v, uint64_t* done, uint64_t 
   __syncthreads();
   if (last && threadIdx.x < v.size) {
     __threadfence_system();
-    device::storeReleaseSys(word(v.regions[threadIdx.x], credits, v.rank), e);
+    device::storeReleaseSys(
+        word(v.regions[threadIdx.x], credits, static_cast<int>(e & 1) * kMaxRanks + v.rank), e);
   }
 }
 
@@ -242,7 +245,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
   }
-  finishReceive(v, v.receivesDone, L.dispatchCredits, e);
+  finishReceive(v, 0, L.dispatchCredits, e);
 }
 
 // Send: one block per local expert returns each received row to its source rank, at [global expert][token] in
@@ -331,7 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           packed;
     }
   }
-  finishReceive(v, v.receivesDone + 1, L.combineCredits, e);
+  finishReceive(v, 1, L.combineCredits, e);
 }
 
 void launchDispatch(const LowLatencyView& v, const LowLatencyDispatchArgs& a, const LowLatencyShape& s,

@@ -3,8 +3,9 @@
 //
 //   [dispatch counts: 2 halves x kMaxExperts u64]  word (el * R + source): epoch << 32 | rows
 //   [combine ready:   2 halves x kMaxExperts u64]  word (global expert): epoch
-//   [dispatch credits: kMaxRanks u64][combine credits: kMaxRanks u64]  word (peer): the last epoch whose
-//                                                                       half that peer has finished reading
+//   [dispatch credits: 2 halves x kMaxRanks u64][combine credits: 2 halves x kMaxRanks u64]
+//                                     word (half, peer): the last epoch of that half the peer has finished
+//                                     reading
 //   [dispatch messages: 2 halves x E x M x messageStride]  (el, source, slot) of the receiver's experts
 //   [combine rows:      2 halves x E x M x 2H]             (global expert, token) of the owner's tokens
 //
@@ -28,8 +29,8 @@ struct LowLatencyLayout {
     l.dispatchCounts = 0;
     l.combineReady = l.dispatchCounts + 2ull * kMaxExperts * 8;
     l.dispatchCredits = l.combineReady + 2ull * kMaxExperts * 8;
-    l.combineCredits = l.dispatchCredits + 8ull * kMaxRanks;
-    l.messages = (l.combineCredits + 8ull * kMaxRanks + 255) / 256 * 256;
+    l.combineCredits = l.dispatchCredits + 2ull * kMaxRanks * 8;
+    l.messages = (l.combineCredits + 2ull * kMaxRanks * 8 + 255) / 256 * 256;
     l.messageStride = 16ull + 2ull * hidden;  // the BF16 payload, the larger one
     const uint64_t slots = static_cast<uint64_t>(numExperts) * maxTokens;
     l.messagesHalf = slots * l.messageStride;
@@ -51,7 +52,7 @@ struct LowLatencyView {
   uint64_t* combineEpoch;
   uint64_t* combineStarted;
   uint64_t* pending;       // [4]: the epoch of the send with ticket t, at [t % 2] (dispatch) and [2 + t % 2]
-  uint64_t* receivesDone;  // [2]: blocks that finished a receive phase (dispatch, combine)
+  uint64_t* receivesDone;  // [op][half] (op 0: dispatch, 1: combine): blocks that finished a receive phase
   uint32_t slot;           // ticket % 2 of this launch
 };
 

@@ -68,8 +68,9 @@ class LowLatencyBuffer {
   // The region size `shape` needs on `ranks` ranks (DeepEP's get_low_latency_rdma_size_hint).
   static size_t bytesFor(int maxTokens, int hidden, int ranks, int numExperts);
 
-  // The phases named by `phases`. A send returns its ticket; a receive alone takes the ticket of its send.
-  // Receives run in send order, and a third send waits until the first one's receive was launched.
+  // The phases named by `phases`. A send returns its ticket; a receive alone takes the ticket of its send
+  // (launch it on the send's stream). At most two calls may await their receive, in either order; a third
+  // send is refused until the first one's receive was launched. Sends of one op run in order on the device.
   uint64_t dispatch(const LowLatencyDispatchArgs& args, const LowLatencyShape& shape, int phases,
                     uint64_t ticket, cudaStream_t stream);
   uint64_t combine(const LowLatencyCombineArgs& args, const LowLatencyShape& shape, int phases,
