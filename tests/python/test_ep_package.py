@@ -128,7 +128,7 @@ def test_the_constructor_takes_deepeps_v1_parameters_in_order(ep):
 def test_the_low_latency_size_hint_is_the_region_layout(ep):
     # Two halves of E*M messages (16-byte header + 2H) and of E*M combine rows (2H), after 256-aligned flags.
     M, H, R, E = 128, 7168, 4, 288
-    flags = (2 * 1024 * 8 * 2 + 2 * 8 * 8 + 255) // 256 * 256
+    flags = (2 * 1024 * 8 * 2 + 2 * 2 * 8 * 8 + 255) // 256 * 256  # counts, ready words, credits per half
     assert ep.Buffer.get_low_latency_rdma_size_hint(M, H, R, E) == flags + 2 * E * M * (16 + 2 * H) + 2 * E * M * 2 * H
 
 
