@@ -209,16 +209,20 @@ class Buffer:
             self._comm_stream.wait_stream(compute)
         return compute, (self._comm_stream if allocate_on_comm_stream else compute)
 
-    def _finish(self, compute, async_finish: bool, allocate_on_comm_stream: bool, tensors) -> EventOverlap:
+    def _finish(self, compute, launch, async_finish: bool, allocate_on_comm_stream: bool, tensors) -> EventOverlap:
+        """After the kernels were enqueued on `launch`: with async_finish, keeps `tensors` alive for `launch` (and
+        for the caller's stream when allocated on `launch`) and returns an event recorded there; otherwise the
+        caller's stream waits for `launch` (nothing to wait for when they are one stream)."""
         if not async_finish:
-            compute.wait_stream(self._comm_stream)
+            if launch != compute:
+                compute.wait_stream(launch)
             return EventOverlap(None)
         for t in tensors:
             if isinstance(t, torch.Tensor):
-                t.record_stream(self._comm_stream)
+                t.record_stream(launch)
                 if allocate_on_comm_stream:
                     t.record_stream(compute)
-        return EventOverlap(EventHandle(self._comm_stream))
+        return EventOverlap(EventHandle(launch))
 
     def _check_config(self, op: str, config: Optional[Config]) -> None:
         if config is not None and not isinstance(config, Config):
@@ -245,7 +249,7 @@ class Buffer:
             per_expert = torch.empty(num_experts, dtype=torch.int32, device=self._device)
             in_rank = torch.empty(topk_idx.size(0), self.group_size, dtype=torch.bool, device=self._device)
         runtime.layout(topk_idx, shape, per_rank, per_expert, in_rank, self._comm_stream.cuda_stream)
-        event = self._finish(compute, async_finish, allocate_on_comm_stream, (topk_idx, per_rank, per_expert, in_rank))
+        event = self._finish(compute, self._comm_stream, async_finish, allocate_on_comm_stream, (topk_idx, per_rank, per_expert, in_rank))
         return per_rank, None, per_expert, in_rank, event
 
     # ---- dispatch -------------------------------------------------------------------------------------------
@@ -343,6 +347,7 @@ class Buffer:
 
         event = self._finish(
             compute,
+            self._comm_stream,
             async_finish,
             allocate_on_comm_stream,
             (x_data, scales, topk_idx, topk_weights, is_token_in_rank, per_rank, num_tokens_per_expert,
@@ -400,6 +405,7 @@ class Buffer:
         )
         event = self._finish(
             compute,
+            self._comm_stream,
             async_finish,
             allocate_on_comm_stream,
             (x, topk_weights, recv_src_idx, rank_prefix, is_token_in_rank, bias0, bias1, combined_x, combined_w),
@@ -426,16 +432,6 @@ class Buffer:
             return compute, compute
         self._comm_stream.wait_stream(compute)
         return compute, self._comm_stream
-
-    def _low_latency_finish(self, compute, launch, async_finish: bool, return_recv_hook: bool, tensors) -> EventOverlap:
-        if async_finish:
-            for t in tensors:
-                if isinstance(t, torch.Tensor):
-                    t.record_stream(launch)
-            return EventOverlap(EventHandle(launch))
-        if not return_recv_hook:
-            compute.wait_stream(launch)
-        return EventOverlap(None)
 
     def low_latency_dispatch(
         self,
@@ -477,7 +473,7 @@ class Buffer:
         phases = _torch_ep.LOW_LATENCY_SEND if return_recv_hook else _torch_ep.LOW_LATENCY_BOTH
         ticket = runtime.low_latency_dispatch(*args, phases, 0, launch.cuda_stream)
         hook = _receive_hook(runtime.low_latency_dispatch, args, ticket, launch) if return_recv_hook else _no_hook
-        event = self._low_latency_finish(compute, launch, async_finish, return_recv_hook, args[:9])
+        event = self._finish(compute, launch, async_finish, False, args[:9])
         handle = (src_info, layout_range, M, H, num_experts)
         return ((recv_x, scales) if use_fp8 else recv_x), count, handle, event, hook
 
@@ -516,7 +512,7 @@ class Buffer:
         phases = _torch_ep.LOW_LATENCY_SEND if return_recv_hook else _torch_ep.LOW_LATENCY_BOTH
         ticket = runtime.low_latency_combine(*args, phases, 0, launch.cuda_stream)
         hook = _receive_hook(runtime.low_latency_combine, args, ticket, launch) if return_recv_hook else _no_hook
-        event = self._low_latency_finish(compute, launch, async_finish, return_recv_hook, args[:7])
+        event = self._finish(compute, launch, async_finish, False, args[:7])
         return out, event, hook
 
     def get_next_low_latency_combine_buffer(self, handle: tuple) -> torch.Tensor:
