@@ -90,6 +90,17 @@ def assert_same(got, expected, what):
     assert bool((got == expected.to(got.dtype)).all()), f"{what}: differs from the host reference"
 
 
+def test_the_deep_ep_peer_access_check_passes_on_this_node(world, ep):
+    import importlib
+    import sys
+
+    sys.path.insert(0, ep.compat_path())
+    try:
+        importlib.import_module("deep_ep.utils").check_nvlink_connections(world.dist.group.WORLD)
+    finally:
+        sys.path.remove(ep.compat_path())
+
+
 def test_layout_matches_the_host(world, buf):
     num_experts = EXPERTS_PER_RANK * world.size
     x, idx, w = inputs(world, world.rank, "layout", num_experts)
