@@ -113,7 +113,7 @@ int64_t EpBuffer::dispatchCapacity(const Shape& shape) const {
 
 int64_t EpBuffer::combineCapacity(const Shape& shape) const {
   return static_cast<int64_t>(impl_->layout_.slabsBytes /
-                              (static_cast<uint64_t>(impl_->size_) * slabStride(shape)));
+                              (static_cast<uint64_t>(impl_->size_) * SlabLayout::of(shape).stride));
 }
 
 void EpBuffer::layout(const int64_t* topkIdx, int tokens, const Shape& shape, const LayoutOutputs& out,

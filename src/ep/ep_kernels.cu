@@ -270,18 +270,119 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- combine -------------------------------------------------------------------------------------------
 
-// Phase 1: block 0 tells every source it may write into this rank's slabs (an LL packet, flag: the epoch;
-// this rank's previous reduction has run), and every block waits for its destinations' words. Phase 2: each
-// received row goes back to its source, into the source's slab for this rank at the row's token index (weak
-// stores), then one release-add per source. Phase 3: after acquiring every rank's arrivals, each token sums
-// (fp32) the rows of the ranks it went to, plus the biases.
+// Warps of a combine block that send; the others reduce.
+constexpr int kCombineSendWarps = kWarps / 2;
+
+// Acquire wait until the u64 flag at `p` (this rank's memory, stored by a peer with release) holds `e`.
+__device__ bool awaitFlag(const uint64_t* p, uint64_t e, const SpinContext& ctx) {
+  return device::spinUntil(
+      [&](uint64_t& seen) {
+        seen = device::loadAcquireSys(p);
+        return seen == e;
+      },
+      ctx, DeviceOp::EpCombineWait, e);
+}
+
+// Send warp w (of all blocks' send warps): the rows received from source w % R, in order (token order), each
+// into the source's slab for this rank at the row's token index (weak stores), then after __syncwarp the
+// row's flag = epoch with release (one lane).
+__device__ void combineSend(const KernelView& v, const CombineInputs& in, const Shape& shape, uint64_t e,
+                            int64_t slabTokens, int w) {
+  const int R = v.size, me = v.rank, lane = threadIdx.x % 32;
+  const SlabLayout sl = SlabLayout::of(shape);
+  const int all = static_cast<int>(gridDim.x) * kCombineSendWarps;  // >= R: kCombineSendWarps >= kMaxRanks
+  const int s = w % R, step = (all - s + R - 1) / R;
+  // Rows past the received ones (a dispatch sized by num_worst_tokens) carry nothing back.
+  const int64_t received =
+      min(static_cast<int64_t>(in.rows), static_cast<int64_t>(in.rankPrefix[(R - 1) * R + me]));
+  const int64_t lo = s == 0 ? 0 : in.rankPrefix[(s - 1) * R + me];
+  const int64_t hi = min(received, static_cast<int64_t>(in.rankPrefix[s * R + me]));
+  char* slab = v.regions[s] + v.layout.slabs + static_cast<uint64_t>(me) * slabTokens * sl.stride;
+  for (int64_t i = lo + w / R; i < hi; i += step) {
+    const int64_t t = in.srcIdx[i];
+    if (t < 0 || t >= slabTokens) {
+      if (lane == 0) device::reportTimeout(v.spin[s], DeviceOp::EpOverflow, t + 1, slabTokens, 0);
+      return;
+    }
+    char* dst = slab + static_cast<uint64_t>(t) * sl.stride;
+    device::copy(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane, 32);
+    for (int k = lane; k < shape.topk; k += 32)
+      reinterpret_cast<float*>(dst + sl.weights)[k] =
+          in.topkWeights ? in.topkWeights[i * shape.topk + k] : 0.0f;
+    __syncwarp();
+    if (lane == 0) device::storeReleaseSys(reinterpret_cast<uint64_t*>(dst + sl.flag), e);
+  }
+}
+
+// Reduce warp w (of all blocks' reduce warps): tokens w, w + all, ...; each waits (acquire, every lane) for
+// the flags of the ranks it went to, then sums their rows (fp32, loads of every rank in flight at once) and
+// the biases into the output, and the ranks' weights.
+__device__ void combineReduce(const KernelView& v, const CombineInputs& in, const Shape& shape,
+                              const CombineOutputs& out, uint64_t e, int64_t slabTokens, int64_t w) {
+  const int R = v.size, lane = threadIdx.x % 32;
+  const SlabLayout sl = SlabLayout::of(shape);
+  const char* slabs = v.regions[v.rank] + v.layout.slabs;
+  const int elems = shape.hiddenBytes / 2;  // bf16
+  const int64_t all = static_cast<int64_t>(gridDim.x) * (kWarps - kCombineSendWarps);
+  for (int64_t t = w; t < in.tokens; t += all) {
+    const uint32_t ranks = __ballot_sync(0xffffffffu, lane < R && in.tokenInRank[t * R + lane]);
+    const char* row[kMaxRanks];
+#pragma unroll
+    for (int r = 0; r < kMaxRanks; ++r) {
+      row[r] = slabs + (static_cast<uint64_t>(r) * slabTokens + t) * sl.stride;
+      if (((ranks >> r) & 1u) &&
+          !awaitFlag(reinterpret_cast<const uint64_t*>(row[r] + sl.flag), e, v.spin[r]))
+        return;
+    }
+    for (int h = lane * 8; h < elems; h += 32 * 8) {
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+      const void* biases[2] = {in.bias0, in.bias1};
+      for (const void* bias : biases) {
+        if (!bias) continue;
+        const auto* b = reinterpret_cast<const __nv_bfloat16*>(bias) + t * elems + h;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(b[j]);
+      }
+      uint4 packed[kMaxRanks];
+#pragma unroll
+      for (int r = 0; r < kMaxRanks; ++r)
+        if ((ranks >> r) & 1u) packed[r] = *reinterpret_cast<const uint4*>(row[r] + 2 * h);
+#pragma unroll
+      for (int r = 0; r < kMaxRanks; ++r) {
+        if (!((ranks >> r) & 1u)) continue;
+        const auto* vals = reinterpret_cast<const __nv_bfloat16*>(&packed[r]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(vals[j]);
+      }
+      uint4 result;
+      auto* o = reinterpret_cast<__nv_bfloat16*>(&result);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
+      *reinterpret_cast<uint4*>(reinterpret_cast<__nv_bfloat16*>(out.x) + t * elems + h) = result;
+    }
+    if (out.topkWeights) {
+      for (int k = lane; k < shape.topk; k += 32) {
+        float sum = 0.0f;
+        for (int r = 0; r < R; ++r)
+          if ((ranks >> r) & 1u) sum += reinterpret_cast<const float*>(row[r] + sl.weights)[k];
+        out.topkWeights[t * shape.topk + k] = sum;
+      }
+    }
+  }
+}
+
+// Sends and reduces at once (combineSend, combineReduce). First block 0 tells every source it may write into
+// this rank's slabs (an LL packet, flag: the epoch; this rank's previous combine, reductions included, has
+// finished), and every block waits for its destinations' packets. Slab rows are written once per call, so no
+// send waits on a reduction; a reduction waits only on sends, which every rank's resident blocks make.
 __global__ void __launch_bounds__(kThreads, 1)
     combineKernel(KernelView v, CombineInputs in, Shape shape, CombineOutputs out) {
-  const int R = v.size, me = v.rank;
+  const int R = v.size, me = v.rank, warp = threadIdx.x / 32;
   const uint64_t e = beginEpoch(v.combineEpoch, v.combineStarted);
   const uint32_t flag = flagOf(e);
-  const uint64_t stride = slabStride(shape);
-  const int64_t slabTokens = static_cast<int64_t>(v.layout.slabsBytes / (static_cast<uint64_t>(R) * stride));
+  const SlabLayout sl = SlabLayout::of(shape);
+  const int64_t slabTokens =
+      static_cast<int64_t>(v.layout.slabsBytes / (static_cast<uint64_t>(R) * sl.stride));
   __shared__ bool ok;
   if (threadIdx.x == 0) ok = true;
   if (blockIdx.x == 0 && threadIdx.x < R) {
@@ -296,76 +397,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       ok = false;
   }
   __syncthreads();
-  const int lane = threadIdx.x % 32;
-  if (ok) {
-    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-    // Rows past the received ones (a dispatch sized by num_worst_tokens) carry nothing back.
-    const int64_t rows =
-        min(static_cast<int64_t>(in.rows), static_cast<int64_t>(in.rankPrefix[(R - 1) * R + me]));
-    for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < rows; i += warps) {
-      int s = 0;
-      while (s < R - 1 && in.rankPrefix[s * R + me] <= i) ++s;
-      const int64_t t = in.srcIdx[i];
-      if (t < 0 || t >= slabTokens) {
-        if (lane == 0) device::reportTimeout(v.spin[s], DeviceOp::EpOverflow, t + 1, slabTokens, 0);
-        continue;
-      }
-      char* dst = v.regions[s] + v.layout.slabs + (static_cast<uint64_t>(me) * slabTokens + t) * stride;
-      device::copy(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane, 32);
-      for (int k = lane; k < shape.topk; k += 32) {
-        reinterpret_cast<float*>(dst + shape.hiddenBytes)[k] =
-            in.topkWeights ? in.topkWeights[i * shape.topk + k] : 0.0f;
-      }
-    }
-  }
-  __syncthreads();  // every warp's rows are written before the releases below
-  if (threadIdx.x < R)
-    device::redAddReleaseSys(counterAt(v.regions[threadIdx.x], v.layout.combineArrivals, me), 1);
-  if (threadIdx.x < R) {
-    if (!awaitCount(counterAt(v.regions[me], v.layout.combineArrivals, threadIdx.x), e * gridDim.x,
-                    v.spin[threadIdx.x]))
-      ok = false;
-  }
-  __syncthreads();
-  if (ok) {
-    const char* slabs = v.regions[me] + v.layout.slabs;
-    const int elems = shape.hiddenBytes / 2;  // bf16
-    for (int64_t t = blockIdx.x * kWarps + threadIdx.x / 32; t < in.tokens;
-         t += static_cast<int64_t>(gridDim.x) * kWarps) {
-      for (int h = lane * 8; h < elems; h += 32 * 8) {
-        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        const void* biases[2] = {in.bias0, in.bias1};
-        for (const void* bias : biases) {
-          if (!bias) continue;
-          const auto* b = reinterpret_cast<const __nv_bfloat16*>(bias) + t * elems + h;
-          for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(b[j]);
-        }
-        for (int r = 0; r < R; ++r) {
-          if (!in.tokenInRank[t * R + r]) continue;
-          const auto* y = reinterpret_cast<const __nv_bfloat16*>(
-                              slabs + (static_cast<uint64_t>(r) * slabTokens + t) * stride) +
-                          h;
-          const uint4 packed = *reinterpret_cast<const uint4*>(y);
-          const auto* vals = reinterpret_cast<const __nv_bfloat16*>(&packed);
-          for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(vals[j]);
-        }
-        uint4 packed;
-        auto* o = reinterpret_cast<__nv_bfloat16*>(&packed);
-        for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
-        *reinterpret_cast<uint4*>(reinterpret_cast<__nv_bfloat16*>(out.x) + t * elems + h) = packed;
-      }
-      if (out.topkWeights) {
-        for (int k = lane; k < shape.topk; k += 32) {
-          float w = 0.0f;
-          for (int r = 0; r < R; ++r) {
-            if (!in.tokenInRank[t * R + r]) continue;
-            w += reinterpret_cast<const float*>(slabs + (static_cast<uint64_t>(r) * slabTokens + t) * stride +
-                                                shape.hiddenBytes)[k];
-          }
-          out.topkWeights[t * shape.topk + k] = w;
-        }
-      }
-    }
+
+  if (warp < kCombineSendWarps) {
+    if (ok) combineSend(v, in, shape, e, slabTokens, static_cast<int>(blockIdx.x) * kCombineSendWarps + warp);
+  } else {
+    combineReduce(v, in, shape, out, e, slabTokens,
+                  static_cast<int64_t>(blockIdx.x) * (kWarps - kCombineSendWarps) + warp - kCombineSendWarps);
   }
   endEpoch(e, v.combineEpoch, v.combineStarted);
 }

@@ -1,11 +1,13 @@
 // The layout of an EpBuffer's registered region (the same on every rank) and the view its kernels take by
 // value. Offsets are bytes from the region's base; the peers reach the same offsets in their mappings.
 //
-//   [dispatch arrivals: R x u64][combine arrivals: R x u64][ready packets: R x LL16]
-//   [count packets: R x kCountPacketBytes][dispatch rows ......][combine slabs: R x slabTokens x slabStride]
+//   [dispatch arrivals: R x u64][ready packets: R x LL16]
+//   [count packets: R x kCountPacketBytes][dispatch rows ......][combine slabs: R x slabTokens x
+//   SlabLayout::stride]
 //
 // A dispatch row: [x: hiddenBytes][topkIdx: topk x i64][weights: topk x f32][scales: scales x f32][srcIdx:
-// i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32], padded to 16 bytes.
+// i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32][flag: u64 at an 8-byte
+// offset], padded to 16 bytes; the flag holds the epoch of the combine that wrote the row.
 #pragma once
 
 #include <cstdint>
@@ -40,19 +42,25 @@ struct RowLayout {
   }
 };
 
-MESHCOMM_HOST_DEVICE_INLINE uint64_t slabStride(const Shape& s) {
-  return align16(static_cast<uint64_t>(s.hiddenBytes) + 4ull * s.topk);
-}
+struct SlabLayout {
+  uint64_t stride, weights, flag;  // byte offsets inside one combine slab row
+
+  MESHCOMM_HOST_DEVICE_INLINE static SlabLayout of(const Shape& s) {
+    SlabLayout r;
+    r.weights = static_cast<uint64_t>(s.hiddenBytes);
+    r.flag = (r.weights + 4ull * s.topk + 7) / 8 * 8;
+    r.stride = align16(r.flag + 8);
+    return r;
+  }
+};
 
 struct RegionLayout {
-  uint64_t dispatchArrivals = 0, combineArrivals = 0, ready = 0, counts = 0, rows = 0, rowsBytes = 0,
-           slabs = 0, slabsBytes = 0;
+  uint64_t dispatchArrivals = 0, ready = 0, counts = 0, rows = 0, rowsBytes = 0, slabs = 0, slabsBytes = 0;
 
   static RegionLayout of(uint64_t bytes) {
     RegionLayout l;
     l.dispatchArrivals = 0;
-    l.combineArrivals = 8ull * kMaxRanks;
-    l.ready = l.combineArrivals + 8ull * kMaxRanks;
+    l.ready = 8ull * kMaxRanks;
     l.counts = l.ready + sizeof(LL16Packet) * kMaxRanks;
     const uint64_t header = (l.counts + kCountPacketBytes * kMaxRanks + 255) / 256 * 256;
     const uint64_t rest = bytes > header ? bytes - header : 0;

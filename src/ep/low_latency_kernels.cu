@@ -21,6 +21,7 @@ namespace {
 
 constexpr int kWarps = kThreads / 32;
 constexpr float kFp8Max = 448.0f;
+constexpr float kFp8MaxInv = 1.0f / 448.0f;
 constexpr float kAmaxFloor = 1e-4f;
 
 __device__ __forceinline__ uint64_t* word(char* region, uint64_t offset, int index) {
@@ -73,8 +74,19 @@ __device__ void finishReceive(const LowLatencyView& v, int op, uint64_t credits,
   }
 }
 
+// ceil(log2(x)) of a positive normal float, exactly (from its bits), and 2^e as a float (|e| < 127).
+__device__ __forceinline__ int ceilLog2(float x) {
+  const uint32_t bits = __float_as_uint(x);
+  return static_cast<int>((bits >> 23) & 0xffu) - 127 + ((bits & 0x7fffffu) != 0 ? 1 : 0);
+}
+__device__ __forceinline__ float exactPow2(int e) {
+  return __uint_as_float(static_cast<uint32_t>(e + 127) << 23);
+}
+
 // One token's FP8 message payload, written by a warp: per 128 channels (16 lanes x 8) the amax, the scale,
-// the e4m3 values (saturating), then the scale's inverse at payload + H + 4 * group.
+// the e4m3 values (saturating), then the scale's inverse at payload + H + 4 * group. The arithmetic is
+// DeepEP's: scale = 448 / amax and scaleInv = amax * (1 / 448), or with roundScale the powers of two around
+// ceil(log2(amax / 448)), so both produce the same bits.
 __device__ void castToFp8(const __nv_bfloat16* x, char* payload, int hidden, bool roundScale, int lane) {
   const int groups = hidden / 128;
   for (int g0 = 0; g0 < groups; g0 += 2) {
@@ -97,11 +109,11 @@ __device__ void castToFp8(const __nv_bfloat16* x, char* payload, int hidden, boo
     amax = fmaxf(amax, kAmaxFloor);
     float scale, scaleInv;
     if (roundScale) {
-      const float e = ceilf(log2f(amax / kFp8Max));
-      scaleInv = exp2f(e);
-      scale = exp2f(-e);
+      const int e = ceilLog2(amax * kFp8MaxInv);
+      scaleInv = exactPow2(e);
+      scale = exactPow2(-e);
     } else {
-      scaleInv = amax / kFp8Max;
+      scaleInv = amax * kFp8MaxInv;
       scale = kFp8Max / amax;
     }
     uint2 out;

@@ -299,7 +299,7 @@ def test_bad_arguments_name_rank_op_and_argument(world, buf):
                    torch.zeros(5, dtype=torch.int32, device=world.device), in_rank, None)
     with pytest.raises(ValueError, match=rf"rank {world.rank}: combine: x must be \[5, hidden\]"):
         buf.combine(x[:3], fake_handle)
-    with pytest.raises(NotImplementedError, match="low-latency"):
+    with pytest.raises(RuntimeError, match=rf"rank {world.rank}: low_latency_dispatch: .*low_latency_mode=True"):
         buf.low_latency_dispatch(x, idx, 128, num_experts)
     # Nothing above reached the peers: a full dispatch still pairs up.
     recv_x, *_ = buf.dispatch(x, topk_idx=idx, topk_weights=w, num_tokens_per_rank=per_rank,

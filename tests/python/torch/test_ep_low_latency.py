@@ -45,15 +45,18 @@ def inputs(world, rank, salt):
 
 
 def fp8_cast(torch, x, round_scale):
-    """The kernel's cast on the host: per 128 channels amax (floor 1e-4), scale 448/amax or a power of two."""
+    """The kernel's cast on the host: per 128 channels amax (floor 1e-4), scale 448/amax (a true division: torch's
+    scalar / tensor multiplies by the reciprocal) and its inverse amax * (1/448), or powers of two."""
     t = x.size(0)
     g = x.float().view(t, HIDDEN // 128, 128)
     amax = g.abs().amax(-1).clamp(min=1e-4)
+    inv_max = torch.tensor(1.0 / 448.0, dtype=torch.float32)  # DeepEP's arithmetic, in fp32
     if round_scale:
-        e = torch.ceil(torch.log2(amax / 448.0))
+        mantissa, exponent = torch.frexp(amax * inv_max)  # x = m * 2^e, m in [0.5, 1): ceil(log2 x) exactly
+        e = (exponent - (mantissa == 0.5).int()).float()
         scale_inv, scale = torch.exp2(e), torch.exp2(-e)
     else:
-        scale_inv, scale = amax / 448.0, 448.0 / amax
+        scale_inv, scale = amax * inv_max, torch.full_like(amax, 448.0) / amax
     q = (g * scale.unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn).view(t, HIDDEN)
     return q, scale_inv
 
