@@ -23,6 +23,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr float kFp8Max = 448.0f;
 constexpr float kFp8MaxInv = 1.0f / 448.0f;
 constexpr float kAmaxFloor = 1e-4f;
+constexpr int kLoadsInFlight = 8;  // loads a lane issues before using the first (combine receive, FP8 cast)
 
 __device__ __forceinline__ uint64_t* word(char* region, uint64_t offset, int index) {
   return reinterpret_cast<uint64_t*>(region + offset) + index;
@@ -88,43 +89,53 @@ __device__ __forceinline__ float exactPow2(int e) {
 // DeepEP's: scale = 448 / amax and scaleInv = amax * (1 / 448), or with roundScale the powers of two around
 // ceil(log2(amax / 448)), so both produce the same bits.
 __device__ void castToFp8(const __nv_bfloat16* x, char* payload, int hidden, bool roundScale, int lane) {
+  constexpr int kGroupsInFlight = kLoadsInFlight / 2;  // per half-warp: its loads are issued together
   const int groups = hidden / 128;
-  for (int g0 = 0; g0 < groups; g0 += 2) {
-    const int g = g0 + lane / 16;
-    const bool active = g < groups;
-    float vals[8];
-    float amax = 0.0f;
-    if (active) {
-      const uint4 packed = *reinterpret_cast<const uint4*>(x + g * 128 + (lane % 16) * 8);
+  for (int g0 = 0; g0 < groups; g0 += 2 * kGroupsInFlight) {
+    float vals[kGroupsInFlight][8];
+    float amax[kGroupsInFlight];
+#pragma unroll
+    for (int u = 0; u < kGroupsInFlight; ++u) {
+      const int g = g0 + 2 * u + lane / 16;
+      uint4 packed = make_uint4(0, 0, 0, 0);
+      if (g < groups) packed = *reinterpret_cast<const uint4*>(x + g * 128 + (lane % 16) * 8);
       const auto* b = reinterpret_cast<const __nv_bfloat16*>(&packed);
+      amax[u] = 0.0f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        vals[j] = __bfloat162float(b[j]);
-        amax = fmaxf(amax, fabsf(vals[j]));
+        vals[u][j] = __bfloat162float(b[j]);
+        amax[u] = fmaxf(amax[u], fabsf(vals[u][j]));
       }
     }
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (!active) continue;
-    amax = fmaxf(amax, kAmaxFloor);
-    float scale, scaleInv;
-    if (roundScale) {
-      const int e = ceilLog2(amax * kFp8MaxInv);
-      scaleInv = exactPow2(e);
-      scale = exactPow2(-e);
-    } else {
-      scaleInv = amax * kFp8MaxInv;
-      scale = kFp8Max / amax;
-    }
-    uint2 out;
-    auto* o = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
+    for (int u = 0; u < kGroupsInFlight; ++u) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      o[j] = __nv_cvt_float2_to_fp8x2(make_float2(vals[2 * j] * scale, vals[2 * j + 1] * scale),
-                                      __NV_SATFINITE, __NV_E4M3);
+      for (int o = 8; o > 0; o >>= 1) amax[u] = fmaxf(amax[u], __shfl_xor_sync(0xffffffffu, amax[u], o));
     }
-    *reinterpret_cast<uint2*>(payload + g * 128 + (lane % 16) * 8) = out;
-    if (lane % 16 == 0) reinterpret_cast<float*>(payload + hidden)[g] = scaleInv;
+#pragma unroll
+    for (int u = 0; u < kGroupsInFlight; ++u) {
+      const int g = g0 + 2 * u + lane / 16;
+      if (g >= groups) continue;
+      const float m = fmaxf(amax[u], kAmaxFloor);
+      float scale, scaleInv;
+      if (roundScale) {
+        const int e = ceilLog2(m * kFp8MaxInv);
+        scaleInv = exactPow2(e);
+        scale = exactPow2(-e);
+      } else {
+        scaleInv = m * kFp8MaxInv;
+        scale = kFp8Max / m;
+      }
+      uint2 out;
+      auto* o = reinterpret_cast<__nv_fp8x2_storage_t*>(&out);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        o[j] = __nv_cvt_float2_to_fp8x2(make_float2(vals[u][2 * j] * scale, vals[u][2 * j + 1] * scale),
+                                        __NV_SATFINITE, __NV_E4M3);
+      }
+      *reinterpret_cast<uint2*>(payload + g * 128 + (lane % 16) * 8) = out;
+      if (lane % 16 == 0) reinterpret_cast<float*>(payload + hidden)[g] = scaleInv;
+    }
   }
 }
 
@@ -326,17 +337,39 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   const char* rowsHalf = v.regions[me] + L.rows + half * L.rowsHalf;
   for (int t = blockIdx.x * kWarps + threadIdx.x / 32; ready && t < a.tokens; t += gridDim.x * kWarps) {
+    // Lane k holds the token's k-th expert and weight (-1: none); the rows' loads of up to kLoadsInFlight
+    // experts are issued before any is summed.
+    int64_t myEx = -1;
+    float myW = 0.0f;
+    if (lane < s.topk) {
+      myEx = a.topkIdx[static_cast<int64_t>(t) * s.topk + lane];
+      myW = a.topkWeights[static_cast<int64_t>(t) * s.topk + lane];
+      if (myEx < 0 || myEx >= s.numExperts) myEx = -1;
+    }
+    const char* rowOf = rowsHalf + static_cast<uint64_t>(t) * rowBytes;  // + ex * M * rowBytes
     for (int h = lane * 8; h < H; h += 32 * 8) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      for (int k = 0; k < s.topk; ++k) {
-        const int64_t ex = a.topkIdx[static_cast<int64_t>(t) * s.topk + k];
-        if (ex < 0 || ex >= s.numExperts) continue;
-        const float w = a.topkWeights[static_cast<int64_t>(t) * s.topk + k];
-        const uint4 packed = *reinterpret_cast<const uint4*>(
-            rowsHalf + (static_cast<uint64_t>(ex) * M + t) * rowBytes + 2ull * h);
-        const auto* b = reinterpret_cast<const __nv_bfloat16*>(&packed);
+      for (int k0 = 0; k0 < s.topk; k0 += kLoadsInFlight) {
+        uint4 packed[kLoadsInFlight];
+        float w[kLoadsInFlight];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += w * __bfloat162float(b[j]);
+        for (int j = 0; j < kLoadsInFlight; ++j) {
+          const int64_t ex = __shfl_sync(0xffffffffu, myEx, (k0 + j) & 31);
+          w[j] = __shfl_sync(0xffffffffu, myW, (k0 + j) & 31);
+          if (k0 + j < s.topk && ex >= 0) {
+            packed[j] =
+                *reinterpret_cast<const uint4*>(rowOf + static_cast<uint64_t>(ex) * M * rowBytes + 2ull * h);
+          } else {
+            packed[j] = make_uint4(0, 0, 0, 0);
+            w[j] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int j = 0; j < kLoadsInFlight; ++j) {
+          const auto* b = reinterpret_cast<const __nv_bfloat16*>(&packed[j]);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[i] += w[j] * __bfloat162float(b[i]);
+        }
       }
       uint4 packed;
       auto* o = reinterpret_cast<__nv_bfloat16*>(&packed);

@@ -33,6 +33,12 @@ MESHCOMM_DEVICE_INLINE void storeRelaxedSys(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// Acquire-release fence at system scope: this thread's earlier accesses are ordered before its later ones for
+// every agent; a later relaxed store then releases all of them (the fence-then-store release pattern).
+MESHCOMM_DEVICE_INLINE void fenceAcqRelSys() {
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+}
+
 // Release-add at system scope: earlier accesses of this thread happen-before an acquire that observes the
 // sum.
 MESHCOMM_DEVICE_INLINE void redAddReleaseSys(uint64_t* p, uint64_t v) {
