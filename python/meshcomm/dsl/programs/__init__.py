@@ -1,0 +1,32 @@
+"""The shipped programs: each module defines ``program(num_ranks) -> CollectiveProgram`` and NAME. The plans
+are generated from these sources (``python -m meshcomm.dsl compile NAME --ranks R``), never edited by hand."""
+import importlib
+from typing import Callable, Dict
+
+from ..program import CollectiveProgram
+
+NAMES = (
+    "allreduce_oneshot_ll",
+    "allreduce_twoshot",
+    "allreduce_ring",
+    "allgather_fullmesh",
+    "reduce_scatter_fullmesh",
+    "alltoall_fullmesh",
+    "allreduce_hierarchical",
+)
+
+
+def get(name: str) -> Callable[[int], CollectiveProgram]:
+    if name not in NAMES:
+        raise KeyError(f"no shipped program {name!r}; the shipped programs are {', '.join(NAMES)}")
+    return importlib.import_module(f"{__name__}.{name}").program
+
+
+def compile_all(num_ranks: int) -> Dict[str, dict]:
+    """Every shipped program that supports num_ranks, compiled."""
+    plans = {}
+    for name in NAMES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        if module.supports(num_ranks):
+            plans[name] = module.program(num_ranks).to_json()
+    return plans

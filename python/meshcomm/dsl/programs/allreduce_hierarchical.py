@@ -1,0 +1,45 @@
+"""Allreduce for two groups of GPUs (ranks 0..g-1 and g..2g-1), a pattern the native set does not have: the
+groups talk only through rank pairs (i, i + g), the shape of two nodes or two NVLink islands joined by one link
+per GPU. Within a group the input is cut into g chunks: (1) reduce-scatter in the group into scratch slots,
+(2) each rank exchanges its partial chunk with its counterpart in the other group and adds it, then a relaxed
+signal/wait round orders the next call's exchange after this read, (3) allgather in the group."""
+from .. import AllReduce, CollectiveProgram, MemoryChannel, Rank
+
+
+def supports(num_ranks: int) -> bool:
+    return num_ranks >= 2 and num_ranks % 2 == 0
+
+
+def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+    R, g = num_ranks, num_ranks // 2
+    with CollectiveProgram("allreduce_hierarchical", AllReduce(R, chunks_per_rank=g),
+                           min_message_size=1 << 16, instances=instances) as prog:
+        def group(r):
+            base = r - r % g
+            return [base + j for j in range(g)]
+
+        local = {r: {p: MemoryChannel(dst=p, src=r) for p in group(r) if p != r} for r in range(R)}
+        cross = {r: MemoryChannel(dst=(r + g) % R, src=r) for r in range(R)}
+        for r in range(R):
+            Rank(r).scratch(g + 1)  # slot j: group rank j's chunk; slot g: the other group's partial chunk
+        for r in range(R):
+            me, i, peers = Rank(r), r % g, [p for p in group(r) if p != r]
+            for p in peers:
+                local[r][p].put(Rank(p).scratch()[i], me.input[p % g], tb=0, signal=True)
+            for p in peers:
+                local[r][p].wait(tb=0)
+            if peers:
+                me.reduce(me.output[i], [me.input[i]] + [me.scratch()[p % g] for p in peers], tb=0)
+            else:
+                me.copy(me.output[i], me.input[i], tb=0)
+            other = Rank((r + g) % R)
+            cross[r].put(other.scratch()[g], me.output[i], tb=0, signal=True)
+            cross[r].wait(tb=0)
+            me.reduce(me.output[i], [me.output[i], me.scratch()[g]], tb=0)
+            cross[r].signal(tb=0, relaxed=True)
+            cross[r].wait(tb=0, relaxed=True)
+            for p in peers:
+                local[r][p].put(Rank(p).output[i], me.output[i], tb=0, signal=True)
+            for p in peers:
+                local[r][p].wait(tb=0)
+    return prog

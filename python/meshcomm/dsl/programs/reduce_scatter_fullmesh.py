@@ -1,0 +1,28 @@
+"""Reduce-scatter over memory channels (Simple): each rank puts its chunk for rank p into p's scratch slot for
+it and signals; after its R-1 waits it reduces its own chunk with the slots into its output, then a relaxed
+signal/wait round with every peer orders the next call's puts after this reduction."""
+from .. import CollectiveProgram, MemoryChannel, Rank, ReduceScatter, all_peers
+
+
+def supports(num_ranks: int) -> bool:
+    return num_ranks >= 2
+
+
+def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+    R = num_ranks
+    with CollectiveProgram("reduce_scatter_fullmesh", ReduceScatter(R), instances=instances) as prog:
+        channels = {r: {p: MemoryChannel(dst=p, src=r) for p in all_peers(r, R)} for r in range(R)}
+        for r in range(R):
+            Rank(r).scratch(R)  # slot p: rank p's chunk for this rank
+        for r in range(R):
+            me, peers = Rank(r), all_peers(r, R)
+            for p in peers:
+                channels[r][p].put(Rank(p).scratch()[r], me.input[p], tb=0, signal=True)
+            for p in peers:
+                channels[r][p].wait(tb=0)
+            me.reduce(me.output[0], [me.input[r]] + [me.scratch()[p] for p in peers], tb=0)
+            for p in peers:
+                channels[r][p].signal(tb=0, relaxed=True)
+            for p in peers:
+                channels[r][p].wait(tb=0, relaxed=True)
+    return prog

@@ -1,0 +1,192 @@
+"""A host interpreter of plans (docs/dsl.md): runs every rank's thread blocks as cooperating tasks on Python
+lists with the executor's semantics — chunk geometry, element counts, semaphores, LL packet arrival, barriers —
+so a program's result can be checked against the collective's definition without a GPU, for any element
+count. A plan that cannot finish raises DslError naming the blocked operations.
+
+    outputs = run_plan(plan, n, inputs, op="sum")   # inputs[r]: rank r's input list
+    assert outputs == expected_outputs(plan["collective"], inputs, n, op="sum")
+"""
+from collections import defaultdict
+from typing import Callable, Dict, List, Tuple
+
+from .errors import DslError
+
+REDUCERS: Dict[str, Callable[[int, int], int]] = {"sum": lambda a, b: a + b, "max": max, "min": min,
+                                                   "prod": lambda a, b: a * b}
+UNITS = {"allreduce": (1, 1), "allgather": (1, "R"), "reduce_scatter": ("R", 1), "alltoall": ("R", "R")}
+
+
+def units(collective: str, num_ranks: int) -> Tuple[int, int]:
+    return tuple(num_ranks if u == "R" else u for u in UNITS[collective])
+
+
+class _Geometry:
+    """Element ranges of chunk references for n elements per unit."""
+
+    def __init__(self, plan: dict, n: int):
+        self.u = plan["chunks_per_unit"]
+        self.n = n
+        self.c = -(-n // self.u)
+
+    def data_range(self, index: int, size: int) -> Tuple[int, int]:
+        def start(k):
+            return (k // self.u) * self.n + min((k % self.u) * self.c, self.n)
+
+        last = index + size - 1
+        end = (last // self.u) * self.n + min((last % self.u + 1) * self.c, self.n)
+        return start(index), end
+
+    def range(self, ref: dict) -> Tuple[int, int]:
+        if ref["buffer"] == "scratch":
+            return ref["index"] * self.c, (ref["index"] + ref["size"]) * self.c
+        return self.data_range(ref["index"], ref["size"])
+
+    def count(self, refs: List[dict]) -> int:
+        data = [r for r in refs if r["buffer"] != "scratch"] or refs
+        return min(e - s for s, e in (self.range(r) for r in data))
+
+
+class _Machine:
+    def __init__(self, plan: dict, n: int, inputs: List[List[int]], op: str):
+        self.plan, self.geo, self.reduce = plan, _Geometry(plan, n), REDUCERS[op]
+        R = plan["num_ranks"]
+        in_units, out_units = units(plan["collective"], R)
+        self.mem: List[Dict[str, list]] = []
+        for r, rank in enumerate(plan["ranks"]):
+            if len(inputs[r]) != in_units * n:
+                raise DslError(f"rank {r}: input of {len(inputs[r])} elements, the plan needs {in_units * n}")
+            bufs = {"scratch": [None] * (rank["scratch_chunks"] * self.geo.c)}
+            if plan["inplace"]:
+                big = max(in_units, out_units) * n
+                one = [None] * big
+                offset = 0 if in_units == out_units else r * min(in_units, out_units) * n
+                if in_units >= out_units:
+                    one[:len(inputs[r])] = list(inputs[r])
+                else:
+                    one[offset:offset + n * in_units] = list(inputs[r])
+                bufs["input"] = bufs["output"] = one
+            else:
+                bufs["input"] = list(inputs[r])
+                bufs["output"] = [None] * (out_units * n)
+            self.mem.append(bufs)
+        self.signals = defaultdict(int)  # (type, src, dst, index) -> signals so far
+        self.waited = defaultdict(int)
+        self.packets = set()  # (rank, scratch slot) arrived
+        self.barriers = defaultdict(int)  # (rank, members, n) -> arrivals
+        self.barrier_seen = defaultdict(int)  # (rank, tb, members) -> barriers passed
+        self.arrived = set()  # (rank, tb, barrier key) that arrived at that barrier
+
+    def channel(self, r: int, op: dict) -> dict:
+        return self.plan["ranks"][r]["channels"][op["channel"]]
+
+    def view(self, r: int, ref: dict, count: int) -> Tuple[list, int]:
+        start, _ = self.geo.range(ref)
+        return self.mem[r][ref["buffer"]], start
+
+    def move(self, dst_rank: int, dst: dict, src_rank: int, src: dict) -> None:
+        count = self.geo.count([dst, src])
+        d, ds = self.view(dst_rank, dst, count)
+        s, ss = self.view(src_rank, src, count)
+        d[ds:ds + count] = s[ss:ss + count]
+
+    def combine(self, r: int, dst: dict, srcs: List[dict]) -> None:
+        count = self.geo.count([dst] + srcs)
+        views = [self.view(r, s, count) for s in srcs]
+        out = []
+        for i in range(count):
+            vals = [buf[start + i] for buf, start in views]
+            acc = vals[0]
+            for v in vals[1:]:
+                acc = self.reduce(acc, v) if None not in (acc, v) else None
+            out.append(acc)
+        d, ds = self.view(r, dst, count)
+        d[ds:ds + count] = out
+
+    def slots(self, ref: dict) -> range:
+        return range(ref["index"], ref["index"] + ref["size"])
+
+    def step(self, r: int, tb: int, op: dict) -> bool:
+        """Runs op if it can proceed now; False if it must wait."""
+        kind = op["op"]
+        if kind in ("copy", "unpack_packets"):
+            if kind == "unpack_packets" and not all((r, s) in self.packets for s in self.slots(op["src"])):
+                return False
+            self.move(r, op["dst"], r, op["src"])
+        elif kind == "reduce":
+            self.combine(r, op["dst"], op["srcs"])
+        elif kind == "reduce_packets":
+            if not all((r, s) in self.packets for ref in op["packets"] for s in self.slots(ref)):
+                return False
+            self.combine(r, op["dst"], op["srcs"] + op["packets"])
+        elif kind in ("put", "put_packets"):
+            peer = self.channel(r, op)["peer"]
+            self.move(peer, op["dst"], r, op["src"])
+            if kind == "put_packets":
+                self.packets.update((peer, s) for s in self.slots(op["dst"]))
+        elif kind == "get":
+            self.move(r, op["dst"], self.channel(r, op)["peer"], op["src"])
+        elif kind in ("signal", "wait"):
+            ch = self.channel(r, op)
+            if kind == "signal":
+                self.signals[(ch["type"], r, ch["peer"], ch["index"])] += 1
+            else:
+                key = (ch["type"], ch["peer"], r, ch["index"])
+                if self.signals[key] <= self.waited[(key, r)]:
+                    return False
+                self.waited[(key, r)] += 1
+        elif kind == "barrier":
+            members = tuple(sorted(op["threadblocks"]))
+            nth = self.barrier_seen[(r, tb, members)]
+            key = (r, members, nth)
+            if (r, tb, key) not in self.arrived:
+                self.arrived.add((r, tb, key))
+                self.barriers[key] += 1
+            if self.barriers[key] < len(members):
+                return False
+            self.barrier_seen[(r, tb, members)] += 1
+        return True  # flush: puts complete at once here
+
+    def run(self) -> None:
+        pcs = {(r, tb["id"]): 0 for r, rank in enumerate(self.plan["ranks"]) for tb in rank["threadblocks"]}
+        ops = {(r, tb["id"]): tb["ops"] for r, rank in enumerate(self.plan["ranks"])
+               for tb in rank["threadblocks"]}
+        while True:
+            progressed = False
+            for key in sorted(pcs):
+                while pcs[key] < len(ops[key]) and self.step(key[0], key[1], ops[key][pcs[key]]):
+                    pcs[key] += 1
+                    progressed = True
+            if all(pcs[k] == len(ops[k]) for k in pcs):
+                return
+            if not progressed:
+                blocked = [f"rank {r}, tb {tb}, op {pcs[(r, tb)]} ({ops[(r, tb)][pcs[(r, tb)]]['op']})"
+                           for r, tb in sorted(pcs) if pcs[(r, tb)] < len(ops[(r, tb)])]
+                raise DslError(f"plan {self.plan['name']}: stuck: " + "; ".join(blocked))
+
+
+def run_plan(plan: dict, n: int, inputs: List[List[int]], op: str = "sum") -> List[list]:
+    """Every rank's output after one call with n elements per unit (docs/dsl.md, chunk geometry)."""
+    m = _Machine(plan, n, inputs, op)
+    m.run()
+    return [bufs["output"] for bufs in m.mem]
+
+
+def expected_outputs(collective: str, inputs: List[List[int]], n: int, op: str = "sum") -> List[list]:
+    """The collective's definition on the host."""
+    R, f = len(inputs), REDUCERS[op]
+
+    def reduced(parts):
+        acc = list(parts[0])
+        for p in parts[1:]:
+            acc = [f(a, b) for a, b in zip(acc, p)]
+        return acc
+
+    if collective == "allreduce":
+        return [reduced(inputs) for _ in range(R)]
+    if collective == "allgather":
+        return [sum((list(x) for x in inputs), []) for _ in range(R)]
+    if collective == "reduce_scatter":
+        return [reduced([x[r * n:(r + 1) * n] for x in inputs]) for r in range(R)]
+    if collective == "alltoall":
+        return [sum((inputs[s][r * n:(r + 1) * n] for s in range(R)), []) for r in range(R)]
+    raise DslError(f"no host definition of {collective}")
