@@ -11,6 +11,7 @@
 #include <string>
 
 #include "bindings.hpp"
+#include "meshcomm/plan_algorithm.hpp"
 #include "comm_handle.hpp"
 #include "execute_args.hpp"
 #include "meshcomm/builtin_algorithms.hpp"
@@ -40,9 +41,16 @@ ExecuteRequest makeRequest(Collective collective, int rank, int nRanks, uintptr_
   return r;
 }
 
-// A native algorithm runs only where it was registered (Comm.add_algorithm); the same name from another
-// library is a different algorithm.
+// A native algorithm or a plan runs only where it was registered (Comm.add_algorithm); the same name from
+// another library or plan is a different algorithm.
 void requireRegistered(Comm& comm, const Algorithm& algorithm, const char* op) {
+  if (const auto* planned = dynamic_cast<const PlanAlgorithm*>(&algorithm)) {
+    const auto registered = std::dynamic_pointer_cast<PlanAlgorithm>(comm.algorithms().find(planned->name()));
+    MESHCOMM_REQUIRE(
+        registered != nullptr, "rank ", comm.rank(), ": ", op, ": execute: plan '", planned->name(),
+        "' is not registered on this Comm: call comm.add_algorithm(algorithm) on every rank first");
+    return;
+  }
   const auto* native = dynamic_cast<const NativeAlgorithm*>(&algorithm);
   if (native == nullptr) return;  // built-in: on every Comm (Comm::run names an unknown one)
   const auto registered = std::dynamic_pointer_cast<NativeAlgorithm>(comm.algorithms().find(native->name()));
@@ -59,8 +67,10 @@ void execute(const Algorithm& algorithm, CommHandle& handle, uintptr_t input, ui
              size_t inputSize, size_t outputSize, DataType dtype, const ReduceOpSpec& op, uintptr_t stream,
              nb::handle executor, int nBlocks, int nThreadsPerBlock, const Extras& extras) {
   const char* op_name = collectiveName(algorithm.collective());
-  MESHCOMM_REQUIRE(executor.is_none(), op_name,
-                   ": execute: executor: the JSON-plan executor is not built yet (pass None)");
+  // A plan runs on the executor kernel of its PlanAlgorithm; `executor` (meshcomm.Executor or None) is the
+  // integration guide's argument and selects nothing further.
+  MESHCOMM_REQUIRE(executor.is_none() || nb::hasattr(executor, "_meshcomm_executor"), op_name,
+                   ": execute: executor: pass a meshcomm.Executor or None");
   handle.run([&](Comm& comm) {
     MESHCOMM_REQUIRE(nBlocks >= 0 && nThreadsPerBlock >= 0, "rank ", comm.rank(), ": ", op_name,
                      ": execute: nblocks/nthreads_per_block must be >= 0 (0: the algorithm's default), got ",

@@ -19,6 +19,7 @@ void bindGpuBuffer(nb::module_& m);   // GpuBuffer, cuda_device_count
 void bindComm(nb::module_& m);        // Comm
 void bindAlgorithms(nb::module_& m);  // Algorithm, AlgorithmCollection, build_default_algorithms
 void bindNative(nb::module_& m);      // NativeAlgorithm and what compile_native needs (after Algorithm)
+void bindPlans(nb::module_& m);       // PlanAlgorithm (after Algorithm)
 
 // Python passes device pointers and streams as integers.
 inline void* asPointer(uintptr_t p) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bindings.hpp"
+#include "meshcomm/plan_algorithm.hpp"
 #include "comm_handle.hpp"
 #include "meshcomm/native_algorithm.hpp"
 
@@ -82,10 +83,15 @@ void bindConstruction(nb::class_<CommHandle>& c) {
 void addAlgorithm(CommHandle& h, const std::shared_ptr<Algorithm>& algorithm) {
   h.run([&](Comm& comm) {
     MESHCOMM_REQUIRE(algorithm != nullptr, "rank ", comm.rank(), ": Comm.add_algorithm: algorithm is None");
+    if (auto plan = std::dynamic_pointer_cast<PlanAlgorithm>(algorithm)) {
+      comm.addAlgorithm(plan->freshInstance());
+      return;
+    }
     auto native = std::dynamic_pointer_cast<NativeAlgorithm>(algorithm);
     MESHCOMM_REQUIRE(native != nullptr, "rank ", comm.rank(), ": Comm.add_algorithm: algorithm: '",
                      algorithm->name(),
-                     "' is not a native algorithm (compile_native); built-in algorithms are on every Comm");
+                     "' is not a native algorithm (compile_native) or a plan (PlanAlgorithm); built-in "
+                     "algorithms are on every Comm");
     comm.addAlgorithm(native->freshInstance());
   });
 }
@@ -100,7 +106,24 @@ void bindQueries(nb::class_<CommHandle>& c) {
           "A snapshot of the Comm's algorithm collection (its initialised instances)")
       .def("add_algorithm", &addAlgorithm, nb::arg("algorithm"),
            "Collective (every rank, same order): registers a fresh instance of a native algorithm "
-           "(compile_native) on this Comm and initialises it")
+           "(compile_native) or a plan (PlanAlgorithm) on this Comm and initialises it")
+      .def(
+          "register_buffer",
+          [](CommHandle& h, uintptr_t ptr, size_t bytes) {
+            return h.run(
+                [&](Comm& comm) { return comm.registerBuffer(reinterpret_cast<void*>(ptr), bytes).index; });
+          },
+          nb::arg("ptr"), nb::arg("bytes"),
+          "Collective (every rank, same order): registers [ptr, ptr + bytes) of this GPU's memory so "
+          "zero-copy "
+          "algorithms and plans reach it from the peers; returns the registration index (the same on every "
+          "rank)")
+      .def(
+          "deregister_buffer",
+          [](CommHandle& h, int32_t index) {
+            h.run([&](Comm& comm) { comm.deregisterBuffer(BufferRegistration{index}); });
+          },
+          nb::arg("index"), "Collective: undoes register_buffer (waits for this GPU and every peer first)")
       .def(
           "check_error", [](CommHandle& h) { h.run([](Comm& comm) { comm.checkError(); }); },
           "Raises the first device-side error of this Comm (TimeoutError naming rank, peer and op)")

@@ -13,4 +13,5 @@ NB_MODULE(_meshcomm, m) {
   bindComm(m);
   bindAlgorithms(m);
   bindNative(m);
+  bindPlans(m);
 }

@@ -20,6 +20,7 @@ from ._meshcomm import (
     InternalError,
     InvalidUsageError,
     NativeAlgorithm,
+    PlanAlgorithm,
     RankEnv,
     ReduceOp,
     ReduceOpSpec,
@@ -37,6 +38,7 @@ from ._meshcomm import (
     reduce_op_name,
 )
 from .dtypes import to_data_type, torch_dtype_name
+from .executor import Executor
 from .native import NativeCompileError, compile_native
 
 __all__ = [
@@ -54,6 +56,8 @@ __all__ = [
     "InternalError",
     "InvalidUsageError",
     "NativeAlgorithm",
+    "PlanAlgorithm",
+    "Executor",
     "NativeCompileError",
     "RankEnv",
     "ReduceOp",

@@ -44,6 +44,12 @@ def gpu_native(rank, n, cache_dir):
     return gpu_checks.run_native(rank, n, cache_dir)
 
 
+def gpu_plans(rank, n):
+    import plan_checks
+
+    return plan_checks.run_plans(rank, n)
+
+
 def torch_watchdog(rank, n, case):
     import watchdog_checks
 
@@ -57,6 +63,7 @@ SCENARIOS = {
     "gpu_single": gpu_single,
     "gpu_dlpack": gpu_dlpack,
     "gpu_native": gpu_native,
+    "gpu_plans": gpu_plans,
     "torch_watchdog": torch_watchdog,
 }
 

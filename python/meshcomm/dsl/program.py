@@ -180,6 +180,11 @@ class CollectiveProgram:
     def dumps(self) -> str:
         return dumps_plan(self.compile())
 
+    def to_algorithm(self):
+        """The compiled plan as a meshcomm.PlanAlgorithm (register it with comm.add_algorithm on every rank)."""
+        import meshcomm  # the extension; compiling alone needs none
+        return meshcomm.PlanAlgorithm.from_json(self.dumps())
+
     # ---- emission: instances and in-place mapping ----------------------------------------------------
     def _map_chunk(self, c: Chunk, instance: int) -> dict:
         k = self.instances

@@ -1,0 +1,65 @@
+// A rank's plan as the executor kernel reads it (docs/dsl.md, "The executor"): flat arrays of blocks, ops and
+// chunk references in device memory, built once at initialize() from meshcomm::plan::Plan, and the launch
+// arguments of one call.
+#pragma once
+
+#include <cstdint>
+
+#include "meshcomm/comm_resources.hpp"
+#include "meshcomm/device/reduce.hpp"
+#include "meshcomm/plan.hpp"
+
+namespace meshcomm::plan {
+
+// Buffers by index: input, output, scratch (BufferKind's order).
+constexpr int kPlanBuffers = 3;
+
+struct RefRecord {
+  uint64_t index;  // first chunk
+  uint32_t size;   // chunks
+  uint8_t buffer;  // BufferKind
+};
+
+// One op. refs[firstRef]: dst (when the op has one), then src or srcs, then packets.
+struct OpRecord {
+  uint8_t kind;  // OpKind
+  uint8_t relaxed;
+  uint8_t numSrcs;
+  uint8_t numPackets;
+  int32_t peer;     // the channel's peer, -1 without a channel
+  int32_t channel;  // CommDeviceView channel index (peer * channelsPerPeer + plan channel index), -1 without
+  uint32_t firstRef;
+  uint32_t barrier;  // Barrier: the counter index of this barrier occurrence
+  uint32_t members;  // Barrier: the blocks that meet
+};
+
+struct BlockRecord {
+  uint32_t firstOp;
+  uint32_t numOps;
+};
+
+// Launch arguments of one call (by value).
+struct PlanLaunch {
+  CommDeviceView view;
+  const BlockRecord* blocks;
+  const OpRecord* ops;
+  const RefRecord* refs;
+  char* const* peerBuffers;   // [kPlanBuffers][nRanks]: every rank's input, output, scratch as mapped here
+  char* local[kPlanBuffers];  // this rank's input, output, scratch
+  uint64_t n;                 // elements per unit
+  uint64_t chunkElems;        // c = ceil(n / chunksPerUnit)
+  uint64_t chunksPerUnit;
+  uint32_t elemBytes;
+  uint64_t packetOffset;      // LL: the plan's packet region in every rank's packet buffer
+  uint64_t packetHalfBytes;   // LL: bytes of one half of it
+  uint64_t packetChunkBytes;  // LL: packet bytes of one scratch chunk
+  uint64_t* epoch;            // kLLEpochWords: the launch flag (both protocols; barriers use the epoch)
+  uint64_t* barriers;         // one counter per barrier occurrence
+  ReduceParams red;
+};
+
+// Launches the executor for (dtype, op); false if the pair has no kernel.
+bool launchPlan(const PlanLaunch& launch, int blocks, int threads, DataType dtype, ReduceOp op,
+                cudaStream_t stream);
+
+}  // namespace meshcomm::plan

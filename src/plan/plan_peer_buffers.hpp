@@ -1,0 +1,42 @@
+// The plan executor's prologue that learns the peers' call buffers (plan_peer_buffers.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "meshcomm/buffer_registry.hpp"
+#include "meshcomm/comm_resources.hpp"
+#include "meshcomm/plan.hpp"
+
+namespace meshcomm::plan {
+
+// Where a rank's input and output of this call lie in its registered buffers.
+struct CallBufferDescriptor {
+  int32_t inIndex;
+  int32_t outIndex;
+  uint64_t inOffset;
+  uint64_t outOffset;
+  uint64_t inBytes;
+  uint64_t outBytes;
+};
+constexpr uint64_t kDescriptorSlotBytes = 64;
+static_assert(sizeof(CallBufferDescriptor) <= kDescriptorSlotBytes, "a descriptor fits its slot");
+
+// Bytes of the descriptor slots in every rank's packet buffer: [2 parities][nRanks sources].
+inline uint64_t descriptorSlotsBytes(int nRanks) {
+  return 2ull * static_cast<uint64_t>(nRanks) * kDescriptorSlotBytes;
+}
+
+struct PeerBufferExchange {
+  CommDeviceView view;
+  RegistryDeviceView registry;
+  CallBufferDescriptor mine;
+  uint64_t slotsOffset;  // of the descriptor slots in every rank's packet buffer
+  uint64_t* epoch;       // the prologue's own kLLEpochWords
+  char** peerBuffers;    // [kPlanBuffers][nRanks]: input and output rows written (null where unresolved)
+};
+
+void exchangePeerBuffers(const PeerBufferExchange& x, cudaStream_t stream);
+
+}  // namespace meshcomm::plan
