@@ -6,14 +6,15 @@
 #
 # Steps: build (libmeshcomm, _meshcomm, _torch_backend: the meshcomm_python target, Release, all cores) ->
 # the c10d pytest suite under torchrun (every op vs a host reference, sync/async, graph capture, subgroups,
-# errors) -> the package's pytest (tests/python: CPU and GPU, compile_native included) -> the three
+# errors) -> the package's pytest (tests/python: CPU and GPU, compile_native and plans included) -> the four
 # examples/torch/ -> bench/torch/train_losses.py with DDP and with FSDP2, NCCL vs meshcomm in one process
 # taking turns step by step (compare_stacks --paired; losses rel. diff <= 1e-3, step time ratio) ->
 # bench/torch/megatron_losses.py: a Megatron-core GPT, tensor + sequence parallel over all ranks, NCCL vs
 # meshcomm (same limits; SKIP when megatron-core does not import) -> bench/torch/moe_alltoall_soak.py (10^4
 # calls with changing splits, memory flat) -> meshcomm.ep: tests/python/torch/test_ep*.py and
 # bench/torch/ep_bench.py and bench/torch/megatron_moe.py (Megatron's flex/DeepEP dispatcher on meshcomm.ep
-# vs its alltoall dispatcher; docs/ep.md; ep*.log, ep_bench.json, megatron_moe.json) -> bench/torch/host_overhead.py (torch call over the raw call
+# vs its alltoall dispatcher; docs/ep.md; ep*.log, ep_bench.json, megatron_moe.json) -> bench/torch/plans_bench.py
+# (the shipped meshcomm.dsl plans against the fastest native algorithm; plans_bench.json) -> bench/torch/host_overhead.py (torch call over the raw call
 # <= 5 us). A failed step is recorded and the script goes on; exit 1 at the end if any failed. OUT_DIR receives: build.log pytest.log train.log
 # megatron.log moe.log overhead.log summary.md.
 # Environment: TORCH_PYTHON (a python with torch, nanobind and scikit-build-core's deps importable; default:
@@ -23,7 +24,7 @@
 # paired runs, Megatron runs per stack alternated; the ratio compares the medians of the runs' median step
 # times; default 3),
 # TORCH_CHECKS (a subset of
-# "c10d package examples train megatron moe ep overhead" to run after the build, so the checks fit several
+# "c10d package examples train megatron moe ep plans overhead" to run after the build, so the checks fit several
 # shorter calls).
 set -u -o pipefail
 
@@ -38,13 +39,14 @@ trap 'rm -rf "$TMP"' EXIT
 
 torch_gpu_init torch-check  # PY, NGPUS, NP, TORCHRUN
 export PYTHONPATH=$BUILD/python${PYTHONPATH:+:$PYTHONPATH}
-CHECKS=${TORCH_CHECKS:-c10d package examples train megatron moe ep overhead}
+CHECKS=${TORCH_CHECKS:-c10d package examples train megatron moe ep plans overhead}
 want() { [[ " $CHECKS " == *" $1 "* ]]; }
 : >"$OUT/pytest.log"
 : >"$OUT/megatron.log"
 : >"$OUT/moe.log"
 : >"$OUT/overhead.log"
 : >"$OUT/ep.log"
+: >"$OUT/plans.log"
 
 # ---- build ---------------------------------------------------------------------------------------------
 : >"$OUT/build.log"
@@ -85,7 +87,7 @@ if want package; then
     "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/pytest.log" | tail -1)"
 fi
 # The three ways of using meshcomm from torch (docs/torch.md, docs/python.md, docs/native.md).
-for example in c10d_backend algorithm_execute native_algorithm; do
+for example in c10d_backend algorithm_execute native_algorithm dsl_algorithm; do
   want examples || break
   run_step "$OUT/pytest.log" timeout 180 "${TORCHRUN[@]}" "$REPO/examples/torch/$example.py"
   record "example-$example" "$(result_of "$RC")" "$SECS" "examples/torch/$example.py"
@@ -161,6 +163,10 @@ if want ep; then
   run_step "$OUT/ep-megatron.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/megatron_moe.py" \
     --json "$OUT/megatron_moe.json"
   record ep-megatron "$(result_of "$RC")" "$SECS" "$(grep -Eo 'megatron_moe: .*' "$OUT/ep-megatron.log" | tail -1 | cut -c1-200)"
+fi
+if want plans; then
+  run_step "$OUT/plans.log" timeout 400 "${TORCHRUN[@]}" "$REPO/bench/torch/plans_bench.py" --json "$OUT/plans_bench.json"
+  record plans-bench "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ wrong' "$OUT/plans.log" | tail -1)"
 fi
 if want overhead; then
   run_step "$OUT/overhead.log" timeout 180 "${TORCHRUN[@]}" "$REPO/bench/torch/host_overhead.py"
