@@ -16,6 +16,7 @@
 
 #include "meshcomm/algorithm.hpp"
 #include "meshcomm/communicator.hpp"
+#include "meshcomm/device/macros.hpp"
 #include "meshcomm/gpu_utils.hpp"
 #include "meshcomm/registered_memory.hpp"
 
@@ -34,6 +35,22 @@ struct RegistryDeviceView {
   const uint64_t* sizes;  // [maxEntries][nRanks]
   int32_t maxEntries;
 };
+
+#if defined(__CUDACC__)
+// Rank `owner`'s registration `index` as mapped here, at `offset`, when [offset, offset + bytes) lies in it;
+// null otherwise (a free slot, an index out of range, a span past the registration). Plain loads of the
+// table.
+MESHCOMM_DEVICE_INLINE char* registeredAt(const RegistryDeviceView& r, int nRanks, int owner, int32_t index,
+                                          uint64_t offset, uint64_t bytes) {
+  if (index < 0 || index >= r.maxEntries) return nullptr;
+  const uint64_t k =
+      static_cast<uint64_t>(index) * static_cast<uint64_t>(nRanks) + static_cast<uint64_t>(owner);
+  char* base = static_cast<char*>(r.bases[k]);
+  const uint64_t size = r.sizes[k];
+  if (base == nullptr || offset > size || bytes > size - offset) return nullptr;
+  return base + offset;
+}
+#endif
 
 class BufferRegistry {
  public:

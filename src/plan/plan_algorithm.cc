@@ -17,6 +17,7 @@
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
 #include "plan/device_plan.hpp"
+#include "plan/plan_facts.hpp"
 #include "plan/plan_peer_buffers.hpp"
 
 namespace meshcomm {
@@ -46,33 +47,21 @@ std::pair<uint64_t, uint64_t> unitsOf(const plan::Plan& p) {
   }
 }
 
-bool isRemote(OpKind kind, bool dst) {
-  return (kind == OpKind::Put && dst) || (kind == OpKind::Get && !dst);
-}
-
-bool hasReduction(const plan::RankPlan& rank) {
-  for (const auto& tb : rank.threadblocks)
-    for (const auto& op : tb.ops)
-      if (op.kind == OpKind::Reduce || op.kind == OpKind::ReducePackets) return true;
-  return false;
-}
-
 }  // namespace
 
 struct PlanAlgorithm::State {
   bool initialized = false;
   int rank = 0;
-  std::string reason;          // why this rank cannot run the plan at all (empty: it can)
-  bool needsPeerData = false;  // a put into / get from a peer's input or output
-  bool reduces = false;
-  int blocks = 0;
-  uint64_t maxChunkBytes = 0;  // the largest chunk of the size range (packet sizing)
-  uint64_t scratchBytes = 0;   // the communicator's scratch buffer
+  plan::PlanFacts facts;      // the whole plan's needs (alike on every rank)
+  int blocks = 0;             // this rank's thread blocks
+  uint64_t scratchBytes = 0;  // the communicator's scratch buffer
   GpuBuffer blocksBuf, opsBuf, refsBuf, peerBuffers;
-  uint64_t packetOffset = 0, packetHalfBytes = 0, packetChunkBytes = 0, slotsOffset = 0;
+  uint64_t packetOffset = 0, slotsOffset = 0;
   uint64_t* epoch = nullptr;
   uint64_t* prologueEpoch = nullptr;
   uint64_t* barriers = nullptr;
+
+  bool needsPrologue() const { return facts.reachesPeerBuffers || facts.writesPeerScratch; }
 };
 
 std::shared_ptr<PlanAlgorithm> PlanAlgorithm::fromJson(const std::string& text) {
@@ -128,14 +117,12 @@ void PlanAlgorithm::initialize(CommResources& resources) {
   s.prologueEpoch = resources.allocateDeviceWords(reduction::kLLEpochWords);
   s.initialized = true;
   if (p.numRanks != v.nRanks) {
-    s.reason = "the plan is for " + std::to_string(p.numRanks) + " ranks";
+    s.facts.reason = "the plan is for " + std::to_string(p.numRanks) + " ranks";
     return;
   }
+  s.facts = plan::analyzePlan(p, v.channelsPerPeer, resources.topology().smCount, reduction::kMaxThreads);
   const plan::RankPlan& mine = p.ranks[v.rank];
   s.blocks = static_cast<int>(mine.threadblocks.size());
-  s.reduces = hasReduction(mine);
-  const auto [inUnits, outUnits] = unitsOf(p);
-  s.maxChunkBytes = (p.maxMessageSize / inUnits + p.chunksPerUnit - 1) / p.chunksPerUnit + 16;
 
   // Flatten this rank's thread blocks.
   std::vector<plan::BlockRecord> blocks;
@@ -156,15 +143,10 @@ void PlanAlgorithm::initialize(CommResources& resources) {
       d.peer = -1;
       d.channel = -1;
       d.firstRef = static_cast<uint32_t>(refs.size());
-      if (op.channel >= 0) {
+      if (op.channel >= 0) {  // analyzePlan declined plans whose channels the grid lacks
         const plan::Channel& ch = mine.channels[op.channel];
-        if (ch.type != plan::ChannelType::Memory) s.reason = "port channels are not executable yet";
-        if (ch.index >= v.channelsPerPeer)
-          s.reason = "it uses " + std::to_string(ch.index + 1) + " channels to rank " +
-                     std::to_string(ch.peer) + "; the communicator has " + std::to_string(v.channelsPerPeer) +
-                     " per peer (MESHCOMM_CHANNELS_PER_PEER)";
         d.peer = ch.peer;
-        d.channel = ch.peer * v.channelsPerPeer + ch.index;
+        d.channel = ch.index < v.channelsPerPeer ? ch.peer * v.channelsPerPeer + ch.index : -1;
       }
       switch (op.kind) {
         case OpKind::Copy:
@@ -174,15 +156,9 @@ void PlanAlgorithm::initialize(CommResources& resources) {
         case OpKind::UnpackPackets:
           addRef(op.dst);
           addRef(op.src);
-          if (op.kind != OpKind::PutPackets && op.kind != OpKind::UnpackPackets) {
-            const plan::ChunkRef& remote = isRemote(op.kind, true) ? op.dst : op.src;
-            if ((isRemote(op.kind, true) || isRemote(op.kind, false)) && remote.buffer != BufferKind::Scratch)
-              s.needsPeerData = true;
-          }
           break;
         case OpKind::Reduce:
         case OpKind::ReducePackets:
-          if (op.srcs.size() + op.packets.size() > 16) s.reason = "a reduction of more than 16 operands";
           addRef(op.dst);
           for (const auto& c : op.srcs) addRef(c);
           for (const auto& c : op.packets) addRef(c);
@@ -225,47 +201,52 @@ void PlanAlgorithm::initialize(CommResources& resources) {
     table[static_cast<int>(BufferKind::Scratch) * v.nRanks + r] = static_cast<char*>(peerScratch[r]);
   upload(s.peerBuffers, table.data(), sizeof(char*) * table.size());
 
-  if (p.protocol == plan::Protocol::LL) {
-    s.packetChunkBytes = reduction::packRegionBytes(reduction::packsOf(s.maxChunkBytes));
-    s.packetHalfBytes = s.packetChunkBytes * std::max<uint64_t>(mine.scratchChunks, 1);
-    const uint64_t need = 2 * s.packetHalfBytes;
-    if (need > resources.packetBytesFree()) {
-      s.reason = "its packet region (" + std::to_string(need) + " bytes for max_message_size " +
-                 std::to_string(p.maxMessageSize) + ") does not fit the packet buffer's " +
-                 std::to_string(resources.packetBytesFree()) + " free bytes";
+  // The same reservations on every rank (the facts are the whole plan's), so the offsets agree.
+  if (p.protocol == plan::Protocol::LL && s.facts.reason.empty()) {
+    if (s.facts.packetRegionBytes > resources.packetBytesFree()) {
+      s.facts.reason = "its packet region (" + std::to_string(s.facts.packetRegionBytes) +
+                       " bytes for max_message_size " + std::to_string(p.maxMessageSize) +
+                       ") does not fit the packet buffer's " + std::to_string(resources.packetBytesFree()) +
+                       " free bytes";
     } else {
-      s.packetOffset = resources.reservePacketRegion(need);
+      s.packetOffset = resources.reservePacketRegion(s.facts.packetRegionBytes);
     }
   }
-  if (s.needsPeerData) s.slotsOffset = resources.reservePacketRegion(plan::descriptorSlotsBytes(v.nRanks));
-  if (s.blocks > resources.topology().smCount && resources.topology().smCount > 0)
-    s.reason = std::to_string(s.blocks) + " thread blocks, more than the GPU's multiprocessors";
-  if (p.numThreadsPerBlock > reduction::kMaxThreads)
-    s.reason = "num_threads_per_block " + std::to_string(p.numThreadsPerBlock) + " exceeds " +
-               std::to_string(reduction::kMaxThreads);
+  if (s.needsPrologue() && plan::descriptorSlotsBytes(v.nRanks) <= resources.packetBytesFree())
+    s.slotsOffset = resources.reservePacketRegion(plan::descriptorSlotsBytes(v.nRanks));
+  else if (s.needsPrologue())
+    s.facts.reason = "no room for its descriptor slots in the packet buffer";
 }
 
 std::string PlanAlgorithm::unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const {
   const State& s = *state_;
   const plan::Plan& p = source_->plan;
   if (!s.initialized) return "not initialised on this communicator";
-  if (!s.reason.empty()) return s.reason;
+  if (!s.facts.reason.empty()) return s.facts.reason;
   if (args.collective != p.collective) return std::string("the plan is a ") + collectiveName(p.collective);
   if (topo.nRanks != p.numRanks) return "the plan is for " + std::to_string(p.numRanks) + " ranks";
-  const uint64_t bytes = args.count * unitsOf(p).first * dataTypeSize(args.dtype);
+  const uint64_t elem = dataTypeSize(args.dtype);
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(static_cast<uint64_t>(args.count), unitsOf(p).first * elem, &bytes))
+    return "the call's size overflows";
   if (bytes < p.minMessageSize || bytes > p.maxMessageSize)
     return "the plan runs " + std::to_string(p.minMessageSize) + " to " + std::to_string(p.maxMessageSize) +
            " input bytes per rank, not " + std::to_string(bytes);
   if (args.inPlace(topo.rank) != p.inplace)
     return p.inplace ? "the plan runs in place only" : "the plan runs out of place only";
-  if (s.reduces && args.op.op != ReduceOp::Sum && args.op.op != ReduceOp::Prod &&
-      args.op.op != ReduceOp::Min && args.op.op != ReduceOp::Max)
-    return std::string("plans reduce with sum, prod, min or max, not ") + reduceOpName(args.op.op);
-  const uint64_t chunk = (args.count + p.chunksPerUnit - 1) / p.chunksPerUnit * dataTypeSize(args.dtype);
-  const uint64_t scratch = chunk * p.ranks[topo.rank].scratchChunks;
-  if (p.protocol == plan::Protocol::Simple && scratch > s.scratchBytes)
-    return "its scratch (" + std::to_string(scratch) + " bytes) exceeds the communicator's " +
-           std::to_string(s.scratchBytes) + " (MESHCOMM_SCRATCH_BYTES)";
+  const ReduceOp op = args.op.op;
+  if (s.facts.reduces && op != ReduceOp::Sum && op != ReduceOp::Prod && op != ReduceOp::Min &&
+      op != ReduceOp::Max)
+    return std::string("plans reduce with sum, prod, min or max, not ") + reduceOpName(op);
+  const uint64_t chunk = (args.count + p.chunksPerUnit - 1) / p.chunksPerUnit * elem;
+  uint64_t scratch = 0;
+  if (p.protocol == plan::Protocol::Simple &&
+      (__builtin_mul_overflow(chunk, s.facts.maxScratchChunks, &scratch) || scratch > s.scratchBytes))
+    return "its scratch (" + std::to_string(chunk) + " bytes x " + std::to_string(s.facts.maxScratchChunks) +
+           " chunks) exceeds the communicator's " + std::to_string(s.scratchBytes) +
+           " (MESHCOMM_SCRATCH_BYTES)";
+  if (p.protocol == plan::Protocol::LL && chunk + 16 > s.facts.packetChunkBytes / 2)
+    return "its chunks exceed the packet region sized for max_message_size";
   return {};
 }
 
@@ -278,10 +259,15 @@ void PlanAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,
   State& s = *state_;
   const plan::Plan& p = source_->plan;
   const CommDeviceView& v = resources.view();
+  // Everything a rank can refuse alone is checked before anything is enqueued (the peers would wait).
   const std::string why = unsupportedReason(args, resources.topology());
   MESHCOMM_REQUIRE(why.empty(), "rank ", v.rank, ": plan ", p.name, ": ", why);
   MESHCOMM_REQUIRE(config.nBlocks == 0 || config.nBlocks == s.blocks, "rank ", v.rank, ": plan ", p.name,
                    ": runs ", s.blocks, " blocks (its thread blocks), not ", config.nBlocks);
+  const int threads = config.nThreadsPerBlock > 0 ? config.nThreadsPerBlock : p.numThreadsPerBlock;
+  MESHCOMM_REQUIRE(threads % 32 == 0 && threads >= 32 && threads <= reduction::kMaxThreads, "rank ", v.rank,
+                   ": plan ", p.name, ": nthreads_per_block ", threads, ": a multiple of 32 from 32 to ",
+                   reduction::kMaxThreads);
   if (args.count == 0) return;
   const auto [inUnits, outUnits] = unitsOf(p);
   const uint32_t elemBytes = static_cast<uint32_t>(dataTypeSize(args.dtype));
@@ -300,32 +286,48 @@ void PlanAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,
   a.chunkElems = (args.count + p.chunksPerUnit - 1) / p.chunksPerUnit;
   a.elemBytes = elemBytes;
   a.packetOffset = s.packetOffset;
-  a.packetHalfBytes = s.packetHalfBytes;
-  a.packetChunkBytes = s.packetChunkBytes;
+  a.packetHalfBytes = s.facts.packetRegionBytes / 2;
+  a.packetChunkBytes = s.facts.packetChunkBytes;
   a.epoch = s.epoch;
   a.barriers = s.barriers;
-  a.red = makeReduceParams(args.op, v.nRanks);
-  if (s.needsPeerData) {
-    BufferRegistry& registry = resources.registry();
-    const uint64_t inBytes = args.count * inUnits * elemBytes, outBytes = args.count * outUnits * elemBytes;
-    const RegisteredSpan in = registry.find(args.input, inBytes), out = registry.find(args.output, outBytes);
-    MESHCOMM_REQUIRE(in.registered() && out.registered(), "rank ", v.rank, ": plan ", p.name,
-                     ": it writes into or reads from the peers' input or output, so both buffers must lie in "
-                     "buffers registered with Comm::registerBuffer (input ",
-                     in.registered() ? "registered" : "not registered", ", output ",
-                     out.registered() ? "registered" : "not registered", ")");
+  // A plan without reductions moves bytes only: its one-operand packet reads run as sums.
+  ReduceOpSpec op = s.facts.reduces ? args.op : ReduceOpSpec(ReduceOp::Sum);
+  a.red = makeReduceParams(op, v.nRanks);
+  if (s.needsPrologue()) {
+    // Every rank runs the prologue: an entry barrier with every peer (the peers' previous use of their
+    // scratch is over) and, for plans that reach the peers' call buffers, the exchange of where they lie.
     plan::PeerBufferExchange x{};
     x.view = v;
-    x.registry = registry.deviceView();
-    x.mine = plan::CallBufferDescriptor{in.index, out.index, in.offset, out.offset, inBytes, outBytes};
+    x.exchange = s.facts.reachesPeerBuffers;
     x.slotsOffset = s.slotsOffset;
     x.epoch = s.prologueEpoch;
     x.peerBuffers = static_cast<char**>(s.peerBuffers.data());
-    plan::exchangePeerBuffers(x, args.stream);
+    x.mine = plan::CallBufferDescriptor{-1, -1, 0, 0, 0, 0};
+    if (x.exchange) {
+      BufferRegistry& registry = resources.registry();
+      const uint64_t inBytes = args.count * inUnits * elemBytes, outBytes = args.count * outUnits * elemBytes;
+      const RegisteredSpan in = registry.find(args.input, inBytes),
+                           out = registry.find(args.output, outBytes);
+      const bool registered = in.registered() && out.registered();
+      x.registry = registry.deviceView();
+      // Unregistered: the descriptor names no registration, so the peers fail this call too (in step).
+      if (registered)
+        x.mine = plan::CallBufferDescriptor{in.index, out.index, in.offset, out.offset, inBytes, outBytes};
+      x.mine.inBytes = inBytes;
+      x.mine.outBytes = outBytes;
+      plan::exchangePeerBuffers(x, args.stream);
+      MESHCOMM_REQUIRE(
+          registered, "rank ", v.rank, ": plan ", p.name,
+          ": it writes into or reads from the peers' input or output, so both buffers must lie in "
+          "buffers registered with Comm::registerBuffer (input ",
+          in.registered() ? "registered" : "not registered", ", output ",
+          out.registered() ? "registered" : "not registered", ")");
+    } else {
+      plan::exchangePeerBuffers(x, args.stream);
+    }
   }
-  const int threads = config.nThreadsPerBlock > 0 ? config.nThreadsPerBlock : p.numThreadsPerBlock;
-  MESHCOMM_REQUIRE(plan::launchPlan(a, s.blocks, threads, args.dtype, args.op.op, args.stream), "rank ",
-                   v.rank, ": plan ", p.name, ": no kernel for dtype ", dataTypeName(args.dtype));
+  MESHCOMM_REQUIRE(plan::launchPlan(a, s.blocks, threads, args.dtype, op.op, args.stream), "rank ", v.rank,
+                   ": plan ", p.name, ": no kernel for dtype ", dataTypeName(args.dtype));
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 

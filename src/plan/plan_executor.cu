@@ -121,6 +121,21 @@ struct Executor {
                                          LL16Packet* const* packets, int numPackets, uint64_t bytes) {
     bool ok = true;
     const uint32_t dstAlign = alignClass(dst.ptr);
+    if (numSrcs + numPackets == 1) {  // one operand: its bytes as they are (no conversion through Acc)
+      for (uint64_t j = threadIdx.x; j < packsOf(bytes); j += blockDim.x) {
+        uint4 x;
+        if (numSrcs == 1) {
+          x = loadPack(srcs[0].ptr, j, bytes, alignClass(srcs[0].ptr));
+        } else {
+          const reduction::GatherPacksPoll got =
+              reduction::gatherPacksLL(packets[0], 0, j, 1u, ep.flag, ctx, ok);
+          if (!ok) return false;
+          x = got.vals[0];
+        }
+        storePack(dst.ptr, j, bytes, dstAlign, x);
+      }
+      return ok;
+    }
     for (uint64_t j = threadIdx.x; j < packsOf(bytes); j += blockDim.x) {
       typename device::Reducer<D, Op>::Accs acc;
       int k = 0;
@@ -181,12 +196,14 @@ struct Executor {
   MESHCOMM_DEVICE_INLINE void putPackets(const OpRecord& op, const RefRecord* refs) {
     const int me = a.view.rank;
     for (uint32_t i = 0; i < refs[0].size; ++i) {
+      // A packet chunk is always sent whole (c elements; zeros past the data), so a receiver that knows only
+      // the slot (a scratch destination) waits for exactly what arrives.
       const Span src = spanOf(a, me, chunkOf(refs[1], i));
-      const uint64_t bytes = src.bytes;
+      const uint64_t slotBytes = a.chunkElems * a.elemBytes;
       LL16Packet* dst = packetsOf(a, op.peer, refs[0].index + i, ep.half);
       const uint32_t align = alignClass(src.ptr);
-      for (uint64_t j = threadIdx.x; j < packsOf(bytes); j += blockDim.x)
-        reduction::writePackLL(dst, j, loadPack(src.ptr, j, bytes, align), ep.flag);
+      for (uint64_t j = threadIdx.x; j < packsOf(slotBytes); j += blockDim.x)
+        reduction::writePackLL(dst, j, loadPack(src.ptr, j, src.bytes, align), ep.flag);
     }
   }
 

@@ -1,4 +1,5 @@
-// The plan executor's prologue that learns the peers' call buffers (plan_peer_buffers.cu).
+// The plan executor's prologue (plan_peer_buffers.cu): an entry barrier with every peer and, for plans that
+// reach the peers' call buffers, the exchange of where those lie.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,6 +31,7 @@ inline uint64_t descriptorSlotsBytes(int nRanks) {
 
 struct PeerBufferExchange {
   CommDeviceView view;
+  bool exchange;  // false: the entry barrier alone (no descriptors)
   RegistryDeviceView registry;
   CallBufferDescriptor mine;
   uint64_t slotsOffset;  // of the descriptor slots in every rank's packet buffer

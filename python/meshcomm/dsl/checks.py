@@ -116,6 +116,10 @@ def check_op(prog: CollectiveProgram, op: Op) -> None:
         tbs = op.threadblocks
         if len(set(tbs)) != len(tbs) or len(tbs) < 2 or op.tb not in tbs:
             fail(prog, op, f"barrier over thread blocks {tbs}: at least 2 distinct blocks, this one included")
+    if prog.protocol == "LL" and not ll_only:
+        for w, c in refs:
+            if c.buffer == "scratch":
+                fail(prog, op, f"{w} {c.describe()}: an LL program's scratch holds packets only")
     if refs:
         check_geometry(prog, op, refs)
 

@@ -86,10 +86,11 @@ class CollectiveProgram:
 
     protocol: "Simple" or "LL"; instances: every thread block and chunk replicated this many times;
     inplace: input and output are one buffer; min/max_message_size: the bytes of one rank's input the plan is
-    meant for (the selector's range); num_threads_per_block: the executor's block size."""
+    meant for (the selector's range; an LL program must give max_message_size, its packet region's size);
+    num_threads_per_block: the executor's block size (at most 512)."""
 
     def __init__(self, name: str, spec: CollectiveSpec, protocol: str = "Simple", instances: int = 1,
-                 inplace: bool = False, min_message_size: int = 0, max_message_size: int = 1 << 62,
+                 inplace: bool = False, min_message_size: int = 0, max_message_size: Optional[int] = None,
                  num_threads_per_block: int = 512):
         if not name:
             raise DslError("CollectiveProgram: a program needs a name")
@@ -97,11 +98,16 @@ class CollectiveProgram:
             raise DslError(f"program {name}: protocol {protocol!r}; one of {', '.join(PROTOCOLS)}")
         if instances < 1:
             raise DslError(f"program {name}: instances={instances}; at least 1")
+        if max_message_size is None:
+            if protocol == "LL":
+                raise DslError(f"program {name}: an LL program needs max_message_size (its packet region is "
+                               "sized for it)")
+            max_message_size = 1 << 62
         if not 0 <= min_message_size <= max_message_size:
             raise DslError(f"program {name}: message sizes [{min_message_size}, {max_message_size}]")
-        if num_threads_per_block % 32 or not 32 <= num_threads_per_block <= 1024:
+        if num_threads_per_block % 32 or not 32 <= num_threads_per_block <= 512:
             raise DslError(f"program {name}: num_threads_per_block={num_threads_per_block}; a multiple of 32 "
-                           "from 32 to 1024")
+                           "from 32 to 512")
         self.name, self.spec, self.protocol, self.instances = name, spec, protocol, instances
         self.inplace = inplace
         self.min_message_size, self.max_message_size = min_message_size, max_message_size

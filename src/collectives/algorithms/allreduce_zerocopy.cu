@@ -47,17 +47,6 @@ struct ZeroCopyArgs {
   ReduceParams red;
 };
 
-// Rank `owner`'s registration `index` as mapped here, at `offset`, if [offset, offset + bytes) lies in it.
-MESHCOMM_DEVICE_INLINE char* registeredAt(const RegistryDeviceView& r, int n, int owner, int32_t index,
-                                          uint64_t offset, uint64_t bytes) {
-  if (index < 0 || index >= r.maxEntries) return nullptr;
-  const uint64_t k = static_cast<uint64_t>(index) * static_cast<uint64_t>(n) + static_cast<uint64_t>(owner);
-  char* base = static_cast<char*>(r.bases[k]);
-  const uint64_t size = r.sizes[k];
-  if (base == nullptr || offset > size || bytes > size - offset) return nullptr;
-  return base + offset;
-}
-
 template <DataType D, ReduceOp Op>
 __global__ void __launch_bounds__(kMaxThreads) zeroCopyAllReduceKernel(ZeroCopyArgs a) {
   const CommDeviceView& v = a.view;

@@ -71,7 +71,7 @@ def test_every_simple_operation_compiles_to_its_plan_op():
 
 
 def test_packet_operations_compile_in_an_ll_program():
-    with dsl.CollectiveProgram("packets", dsl.AllGather(2), protocol="LL") as prog:
+    with dsl.CollectiveProgram("packets", dsl.AllGather(2), protocol="LL", max_message_size=1 << 16) as prog:
         for r in range(2):
             me, peer = dsl.Rank(r), dsl.Rank(1 - r)
             me.scratch(2)
@@ -116,7 +116,8 @@ def test_in_place_references_land_in_the_larger_buffer():
 # ---- each check's error ----------------------------------------------------------------------------------
 
 def two_ranks(name="p", spec=None, protocol="Simple"):
-    return dsl.CollectiveProgram(name, spec or dsl.AllReduce(2), protocol=protocol)
+    return dsl.CollectiveProgram(name, spec or dsl.AllReduce(2), protocol=protocol,
+                                 max_message_size=1 << 16 if protocol == "LL" else None)
 
 
 def compile_error(build, match):
@@ -238,7 +239,7 @@ def test_packets_never_sent_sent_twice_or_never_read_are_named():
         return prog
 
     def sent_twice():
-        with dsl.CollectiveProgram("p", dsl.AllReduce(3), protocol="LL") as prog:
+        with dsl.CollectiveProgram("p", dsl.AllReduce(3), protocol="LL", max_message_size=1 << 16) as prog:
             dsl.Rank(0).scratch(1)
             for src in (1, 2):
                 dsl.MemoryChannel(dst=src, src=0)
@@ -313,6 +314,20 @@ def test_thread_block_gaps_bad_ranks_and_multicast_are_refused():
         dsl.CollectiveProgram("p", dsl.AllReduce(2), protocol="LL128")
     with pytest.raises(dsl.DslError, match=r"no CollectiveProgram is open"):
         dsl.Rank(0)
+
+
+def test_an_ll_program_keeps_scratch_for_packets_and_names_its_size():
+    def scratch_copy():
+        with two_ranks(protocol="LL") as prog:
+            me = dsl.Rank(0)
+            me.scratch(1)
+            me.copy(me.scratch()[0], me.input[0], tb=0)
+        return prog
+    compile_error(scratch_copy, r"copy\): dst rank 0 scratch\[0:1\]: an LL program's scratch holds packets only")
+    with pytest.raises(dsl.DslError, match=r"an LL program needs max_message_size"):
+        dsl.CollectiveProgram("p", dsl.AllReduce(2), protocol="LL")
+    with pytest.raises(dsl.DslError, match=r"num_threads_per_block=1024; a multiple of 32 from 32 to 512"):
+        dsl.CollectiveProgram("p", dsl.AllReduce(2), num_threads_per_block=1024)
 
 
 def test_reduce_needs_two_sources():

@@ -1,6 +1,7 @@
 """Allgather over memory channels (Simple): each rank copies its input into its own output slot and puts it
 into every peer's output slot, then waits for its R-1 peers."""
 from .. import AllGather, CollectiveProgram, MemoryChannel, Rank, all_peers
+from .phases import send_to_peers
 
 
 def supports(num_ranks: int) -> bool:
@@ -14,8 +15,5 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
         for r in range(R):
             me = Rank(r)
             me.copy(me.output[r], me.input[0], tb=0)
-            for p in all_peers(r, R):
-                channels[r][p].put(Rank(p).output[r], me.input[0], tb=0, signal=True)
-            for p in all_peers(r, R):
-                channels[r][p].wait(tb=0)
+            send_to_peers(me, all_peers(r, R), channels[r], me.input[0], lambda p: Rank(p).output[r])
     return prog

@@ -4,6 +4,7 @@ per GPU. Within a group the input is cut into g chunks: (1) reduce-scatter in th
 (2) each rank exchanges its partial chunk with its counterpart in the other group and adds it, then a relaxed
 signal/wait round orders the next call's exchange after this read, (3) allgather in the group."""
 from .. import AllReduce, CollectiveProgram, MemoryChannel, Rank
+from .phases import reduce_scatter_phase, send_to_peers
 
 
 def supports(num_ranks: int) -> bool:
@@ -24,22 +25,13 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             Rank(r).scratch(g + 1)  # slot j: group rank j's chunk; slot g: the other group's partial chunk
         for r in range(R):
             me, i, peers = Rank(r), r % g, [p for p in group(r) if p != r]
-            for p in peers:
-                local[r][p].put(Rank(p).scratch()[i], me.input[p % g], tb=0, signal=True)
-            for p in peers:
-                local[r][p].wait(tb=0)
-            if peers:
-                me.reduce(me.output[i], [me.input[i]] + [me.scratch()[p % g] for p in peers], tb=0)
-            else:
-                me.copy(me.output[i], me.input[i], tb=0)
+            reduce_scatter_phase(me, peers, local[r], me.output[i], slot_of=lambda q: q % g,
+                                 chunk_of=lambda q: q % g)
             other = Rank((r + g) % R)
             cross[r].put(other.scratch()[g], me.output[i], tb=0, signal=True)
             cross[r].wait(tb=0)
             me.reduce(me.output[i], [me.output[i], me.scratch()[g]], tb=0)
             cross[r].signal(tb=0, relaxed=True)
             cross[r].wait(tb=0, relaxed=True)
-            for p in peers:
-                local[r][p].put(Rank(p).output[i], me.output[i], tb=0, signal=True)
-            for p in peers:
-                local[r][p].wait(tb=0)
+            send_to_peers(me, peers, local[r], me.output[i], lambda p: Rank(p).output[i])
     return prog

@@ -3,6 +3,7 @@ into rank p's scratch slot for it and signals; rank p waits for its R-1 peers, r
 output, then puts the result into every peer's output and signals. A peer writes into a scratch slot again
 only in the next call, after the owner's second signal, which follows its reduction."""
 from .. import AllReduce, CollectiveProgram, MemoryChannel, Rank, all_peers
+from .phases import reduce_scatter_phase, send_to_peers
 
 
 def supports(num_ranks: int) -> bool:
@@ -18,13 +19,6 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             Rank(r).scratch(R)  # slot p: rank p's chunk r
         for r in range(R):
             me, peers = Rank(r), all_peers(r, R)
-            for p in peers:
-                channels[r][p].put(Rank(p).scratch()[r], me.input[p], tb=0, signal=True)
-            for p in peers:
-                channels[r][p].wait(tb=0)
-            me.reduce(me.output[r], [me.input[r]] + [me.scratch()[p] for p in peers], tb=0)
-            for p in peers:
-                channels[r][p].put(Rank(p).output[r], me.output[r], tb=0, signal=True)
-            for p in peers:
-                channels[r][p].wait(tb=0)
+            reduce_scatter_phase(me, peers, channels[r], me.output[r], slot_of=lambda q: q, chunk_of=lambda q: q)
+            send_to_peers(me, peers, channels[r], me.output[r], lambda p: Rank(p).output[r])
     return prog

@@ -2,6 +2,7 @@
 it and signals; after its R-1 waits it reduces its own chunk with the slots into its output, then a relaxed
 signal/wait round with every peer orders the next call's puts after this reduction."""
 from .. import CollectiveProgram, MemoryChannel, Rank, ReduceScatter, all_peers
+from .phases import reduce_scatter_phase
 
 
 def supports(num_ranks: int) -> bool:
@@ -16,11 +17,7 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             Rank(r).scratch(R)  # slot p: rank p's chunk for this rank
         for r in range(R):
             me, peers = Rank(r), all_peers(r, R)
-            for p in peers:
-                channels[r][p].put(Rank(p).scratch()[r], me.input[p], tb=0, signal=True)
-            for p in peers:
-                channels[r][p].wait(tb=0)
-            me.reduce(me.output[0], [me.input[r]] + [me.scratch()[p] for p in peers], tb=0)
+            reduce_scatter_phase(me, peers, channels[r], me.output[0], slot_of=lambda q: q, chunk_of=lambda q: q)
             for p in peers:
                 channels[r][p].signal(tb=0, relaxed=True)
             for p in peers:

@@ -1,0 +1,28 @@
+// What a whole plan needs from a communicator, computed alike on every rank (from every rank's part of the
+// plan, never this rank's alone), so that every rank reserves the same regions, runs the same prologue and
+// declines the same calls.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "meshcomm/plan.hpp"
+
+namespace meshcomm::plan {
+
+struct PlanFacts {
+  std::string reason;               // why no rank can run the plan on this communicator (empty: it can)
+  bool reachesPeerBuffers = false;  // a put into / get from a peer's input or output (registered buffers)
+  bool writesPeerScratch = false;   // a Simple put into / get from a peer's scratch (needs the entry barrier)
+  bool reduces = false;             // a reduce or reduce_packets anywhere
+  uint64_t maxScratchChunks = 0;    // over all ranks
+  int maxBlocks = 0;                // over all ranks
+  uint64_t packetChunkBytes = 0;    // LL: packet bytes of one scratch chunk at max_message_size
+  uint64_t packetRegionBytes = 0;   // LL: both halves of maxScratchChunks chunks
+};
+
+// channelsPerPeer, smCount, maxThreads: the communicator's channel grid, the GPU's multiprocessors (0:
+// unknown) and the executor's largest block.
+PlanFacts analyzePlan(const Plan& plan, int channelsPerPeer, int smCount, int maxThreads);
+
+}  // namespace meshcomm::plan
