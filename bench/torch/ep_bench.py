@@ -22,6 +22,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from cuda_timing import time_per_call_us
 from run_metadata import run_metadata
 
 import meshcomm.ep
@@ -43,16 +44,7 @@ def per_token_fp8(x):
 
 
 def timed(call, warmup, iters):
-    for _ in range(warmup):
-        call()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        call()
-    stop.record()
-    torch.cuda.synchronize()
-    slowest = torch.tensor([start.elapsed_time(stop) * 1e3 / iters], dtype=torch.float64, device="cuda")
+    slowest = torch.tensor([time_per_call_us(call, warmup, iters)], dtype=torch.float64, device="cuda")
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
     return slowest.item()
 

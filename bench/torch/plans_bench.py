@@ -12,6 +12,7 @@ import sys
 import time
 
 import torch
+from cuda_timing import time_per_call_us
 from run_metadata import run_metadata
 
 import meshcomm
@@ -31,16 +32,7 @@ def slowest(comm, value, stream):
 
 
 def timed(comm, call, warmup, iters, stream):
-    for _ in range(warmup):
-        call()
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        call()
-    stop.record()
-    torch.cuda.synchronize()
-    return slowest(comm, start.elapsed_time(stop) * 1e3 / iters, stream)
+    return slowest(comm, time_per_call_us(call, warmup, iters), stream)
 
 
 def main():
