@@ -67,12 +67,14 @@ class TcpBootstrap : public Bootstrap {
   // listens on the advertised address (MESHCOMM_SOCKET_IFNAME or first non-loopback IPv4, else loopback)
   // until `nRanks` ranks have joined or MESHCOMM_BOOTSTRAP_TIMEOUT passes. nRanks 0: the size is taken from
   // the first rank that joins (every rank passes it to the constructor; all must agree), as ncclGetUniqueId.
+  // A job has at most 65536 ranks.
   static UniqueId createUniqueId(int nRanks);
   // An id for a fixed "host:port" root address and secret; used for launches from the environment, where
   // rank 0 hosts the root itself (initialize() starts it there).
   static UniqueId uniqueIdFromAddress(const std::string& hostPort, const std::array<uint8_t, 16>& secret);
 
-  // Rendezvous with every other rank. `timeoutSec` < 0 means MESHCOMM_BOOTSTRAP_TIMEOUT.
+  // Rendezvous with every other rank (1 <= nRanks <= 65536). `timeoutSec` < 0 means
+  // MESHCOMM_BOOTSTRAP_TIMEOUT.
   // Rank 0 of a uniqueIdFromAddress id binds the root address itself; a port in use gives an error naming
   // the address and the variable to change.
   TcpBootstrap(int rank, int nRanks, const UniqueId& id, double timeoutSec = -1);

@@ -8,14 +8,12 @@
 
 #include "base/logging.hpp"
 #include "bootstrap/handshake.hpp"
+#include "bootstrap/limits.hpp"
 #include "bootstrap/wire.hpp"
 
 namespace meshcomm::bootstrap {
 
 namespace {
-
-// Unauthenticated connections held at once; more wait in the listen backlog until one finishes or expires.
-constexpr size_t kMaxPendingHandshakes = 128;
 
 std::string describe(const net::IoStatus& s) {
   if (s.result == net::IoResult::Closed) {
@@ -42,7 +40,7 @@ bool AuthServer::serveOnce(int stopFd, const net::Deadline* wake) {
   std::vector<pollfd> fds;
   fds.push_back({stopFd, POLLIN, 0});  // poll() ignores negative fds
   bool acceptPaused = acceptPausedUntil_ && !acceptPausedUntil_->expired();
-  bool listen = accepting_ && !acceptPaused && pendingHandshakes() < kMaxPendingHandshakes;
+  bool listen = accepting_ && !acceptPaused;
   fds.push_back({listen ? listenFd_.get() : -1, POLLIN, 0});
   for (const auto& c : conns_) {
     // A closing connection reads nothing more; errors and hang-ups are reported without asking.
@@ -74,7 +72,8 @@ void AuthServer::flushWithoutWaiting() {
 }
 
 void AuthServer::acceptPending() {
-  while (pendingHandshakes() < kMaxPendingHandshakes) {
+  // Bounded, so that a flood of connections cannot keep this loop from serving the ones it holds.
+  for (size_t accepted = 0; accepted < kMaxPendingHandshakes; ++accepted) {
     net::SockAddr remote;
     int err = 0;
     net::Fd fd = net::acceptConnection(listenFd_.get(), &remote, &err);
@@ -88,12 +87,24 @@ void AuthServer::acceptPending() {
       }
       return;
     }
+    if (pendingHandshakes() >= kMaxPendingHandshakes) dropOldestPending();
     auto c = std::make_unique<Conn>(std::move(fd), remote, net::Deadline::after(handshakeTimeoutSec_));
     c->nonce = sendChallenge(c->io);
     conns_.push_back(std::move(c));
     net::IoStatus s = conns_.back()->io.pumpOutput();
     if (!s.ok()) fail(*conns_.back(), describe(s));
   }
+}
+
+void AuthServer::dropOldestPending() {
+  // conns_ is in accept order.
+  auto oldest = std::find_if(conns_.begin(), conns_.end(),
+                             [](const auto& c) { return !c->authenticated && !c->removed; });
+  if (oldest == conns_.end()) return;
+  MESHCOMM_LOG(WARN, who_, ": dropping connection from ", (*oldest)->io.remote().toString(),
+               ": not authenticated yet, and ", kMaxPendingHandshakes,
+               " unauthenticated connections are pending (the oldest makes room for a new one)");
+  (*oldest)->removed = true;
 }
 
 void AuthServer::serve(Conn& c, short revents) {

@@ -1,8 +1,10 @@
 // The accepting side of bootstrap connections, shared by the rendezvous root and each rank's peer listener:
 // a poll loop that accepts connections, authenticates each one (handshake.hpp) within a deadline, and hands
 // the authenticated ones to its owner. One thread serves every connection, so a silent or hostile client
-// delays nobody; connections that fail authentication are logged (WARN, with their address) and closed
-// before they can deliver a byte to the owner.
+// delays nobody. At most kMaxPendingHandshakes unauthenticated connections are held: a new one closes the
+// oldest, so idle connections cannot keep honest ones in the listen backlog. Connections that fail or do not
+// finish authentication within the handshake deadline are logged (WARN, with their address) and closed before
+// they can deliver a byte to the owner.
 #pragma once
 
 #include <memory>
@@ -42,7 +44,8 @@ class AuthServer {
   };
 
   // `name` and the listen address prefix log lines ("bootstrap root at 10.0.0.1:29501"); `acceptorRank` is
-  // the rank this side proves itself as (kRootRank for the root).
+  // the rank this side proves itself as (kRootRank for the root); `handshakeTimeoutSec` is the time each
+  // accepted connection has to authenticate.
   AuthServer(net::Fd listenFd, const Secret& secret, int acceptorRank, double handshakeTimeoutSec,
              const std::string& name, Handler& handler);
 
@@ -64,6 +67,7 @@ class AuthServer {
 
  private:
   void acceptPending();
+  void dropOldestPending();
   void serve(Conn& c, short revents);
   void advance(Conn& c);
   void fail(Conn& c, const std::string& why);

@@ -1,26 +1,55 @@
 #include "bootstrap/peer_receiver.hpp"
 
 #include "base/logging.hpp"
+#include "bootstrap/limits.hpp"
 #include "bootstrap/wire.hpp"
 
 namespace meshcomm::bootstrap {
 
 // ---- Mailbox ---------------------------------------------------------------------------------------------
 
-void Mailbox::deliver(int peer, int tag, std::vector<uint8_t> payload) {
+std::string Mailbox::deliver(int peer, int tag, std::vector<uint8_t> payload) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    PeerState& p = peers_[peer];
+    std::string problem = checkRoom(p, payload.size());
+    if (!problem.empty()) return problem;
+    ++p.queuedMessages;
+    p.queuedBytes += payload.size();
     queues_[{peer, tag}].push_back(std::move(payload));
   }
   arrived_.notify_all();
+  return "";
+}
+
+std::string Mailbox::checkRoom(const PeerState& p, size_t bytes) const {
+  if (p.queuedMessages >= kMaxQueuedMessages || bytes > maxQueuedBytes_ - p.queuedBytes) {
+    return detail::concat("sent a message of ", bytes, " bytes while ", p.queuedMessages, " messages (",
+                          p.queuedBytes, " bytes) from it were not received yet; at most ",
+                          kMaxQueuedMessages, " messages and ", maxQueuedBytes_, " bytes may wait per peer");
+  }
+  return "";
 }
 
 void Mailbox::markGone(int peer, const std::string& reason) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    gone_[peer] = reason;
+    peers_[peer].gone = reason;
   }
   arrived_.notify_all();
+}
+
+void Mailbox::markReceiverStopped(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    receiverStopped_ = reason;
+  }
+  arrived_.notify_all();
+}
+
+std::string Mailbox::receiverStopped() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return receiverStopped_;
 }
 
 Mailbox::Outcome Mailbox::take(int peer, int tag, const net::Deadline& deadline,
@@ -29,17 +58,25 @@ Mailbox::Outcome Mailbox::take(int peer, int tag, const net::Deadline& deadline,
   auto key = std::make_pair(peer, tag);
   auto ready = [&] {
     auto it = queues_.find(key);
-    return (it != queues_.end() && !it->second.empty()) || !gone_[peer].empty();
+    return (it != queues_.end() && !it->second.empty()) || !peers_[peer].gone.empty() ||
+           !receiverStopped_.empty();
   };
   if (!arrived_.wait_until(lock, deadline.when(), ready)) return Outcome::TimedOut;
+  if (!receiverStopped_.empty()) {
+    *reason = receiverStopped_;
+    return Outcome::ReceiverStopped;
+  }
   auto it = queues_.find(key);
   if (it == queues_.end() || it->second.empty()) {
-    *reason = gone_[peer];
+    *reason = peers_[peer].gone;
     return Outcome::PeerGone;
   }
   *payload = std::move(it->second.front());
   it->second.pop_front();
   if (it->second.empty()) queues_.erase(it);
+  PeerState& p = peers_[peer];
+  --p.queuedMessages;
+  p.queuedBytes -= payload->size();
   return Outcome::Message;
 }
 
@@ -63,13 +100,19 @@ PeerReceiver::~PeerReceiver() {
 }
 
 void PeerReceiver::run() {
+  std::string why;
   try {
     while (server_.serveOnce(stopFd_.get(), nullptr)) {
     }
+    return;
   } catch (const std::exception& e) {
-    // Only a failing poll() gets here; every waiting recv() then times out and names its peer.
-    MESHCOMM_LOG(ERROR, server_.who(), " stopped: ", e.what());
+    why = e.what();
+  } catch (...) {
+    why = "unknown exception";
   }
+  std::string reason = detail::concat(server_.who(), " stopped: ", why);
+  MESHCOMM_LOG(ERROR, reason);
+  mailbox_.markReceiverStopped(reason);
 }
 
 void PeerReceiver::onAuthenticated(AuthServer::Conn& c) {
@@ -95,9 +138,10 @@ void PeerReceiver::onInput(AuthServer::Conn& c) {
     onFrameHeader(c);
     return;
   }
-  mailbox_.deliver(c.rank, pendingTag_[c.rank], c.io.takeInput());
+  std::vector<uint8_t> payload = c.io.takeInput();
   c.stage = kFrameHeader;
   c.io.expectInput(kFrameHeaderBytes);
+  deliver(c, pendingTag_[c.rank], std::move(payload));
 }
 
 void PeerReceiver::onFrameHeader(AuthServer::Conn& c) {
@@ -106,22 +150,30 @@ void PeerReceiver::onFrameHeader(AuthServer::Conn& c) {
   int tag = r.i32();
   uint64_t length = r.u64();
   if (length > maxMessage_) {
-    std::string why = detail::concat("sent a message of ", length, " bytes (tag ", tag,
-                                     "), more than MESHCOMM_BOOTSTRAP_MAX_MESSAGE=", maxMessage_,
-                                     "; its connection was closed");
-    MESHCOMM_LOG(WARN, server_.who(), ": rank ", c.rank, " ", why);
-    mailbox_.markGone(c.rank, "peer " + why);
-    server_.drop(c);
+    closePeer(c, detail::concat("sent a message of ", length, " bytes (tag ", tag,
+                                "), more than MESHCOMM_BOOTSTRAP_MAX_MESSAGE=", maxMessage_));
     return;
   }
   if (length == 0) {
-    mailbox_.deliver(c.rank, tag, {});
     c.io.expectInput(kFrameHeaderBytes);
+    deliver(c, tag, {});
     return;
   }
   pendingTag_[c.rank] = tag;
   c.stage = kPayload;
   c.io.expectInput(length);
+}
+
+void PeerReceiver::deliver(AuthServer::Conn& c, int tag, std::vector<uint8_t> payload) {
+  std::string problem = mailbox_.deliver(c.rank, tag, std::move(payload));
+  if (!problem.empty()) closePeer(c, detail::concat(problem, " (tag ", tag, ")"));
+}
+
+void PeerReceiver::closePeer(AuthServer::Conn& c, const std::string& why) {
+  std::string text = why + "; its connection was closed";
+  MESHCOMM_LOG(WARN, server_.who(), ": rank ", c.rank, " ", text);
+  mailbox_.markGone(c.rank, "peer " + text);
+  server_.drop(c);
 }
 
 void PeerReceiver::onClosed(AuthServer::Conn& c, const std::string& why) {

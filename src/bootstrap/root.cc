@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "base/logging.hpp"
+#include "bootstrap/limits.hpp"
 
 namespace meshcomm::bootstrap {
 
@@ -27,7 +28,7 @@ void runRoot(RendezvousRoot& root, int stopFd) {
 RendezvousRoot::RendezvousRoot(net::Fd listenFd, int nRanks, const Secret& secret, double timeoutSec)
     : nRanks_(nRanks),
       timeoutSec_(timeoutSec),
-      server_(std::move(listenFd), secret, kRootRank, timeoutSec, "bootstrap root", *this),
+      server_(std::move(listenFd), secret, kRootRank, handshakeTimeout(timeoutSec), "bootstrap root", *this),
       joined_(nRanks),
       joinedFrom_(nRanks) {}
 
@@ -71,8 +72,10 @@ void RendezvousRoot::onInput(AuthServer::Conn& c) {
 
 std::string RendezvousRoot::checkHello(const AuthServer::Conn& c, int helloRanks,
                                        const std::optional<Endpoint>& endpoint) const {
-  if (nRanks_ == 0 && helloRanks < 1)
-    return detail::concat("rank ", c.rank, " was started with nRanks=", helloRanks, " (must be >= 1)");
+  if (nRanks_ == 0 && (helloRanks < 1 || helloRanks > kMaxRanks)) {
+    return detail::concat("rank ", c.rank, " was started with nRanks=", helloRanks, " (must be in 1..",
+                          kMaxRanks, ")");
+  }
   if (nRanks_ != 0 && helloRanks != nRanks_) {
     return detail::concat("rank ", c.rank, " was started with nRanks=", helloRanks, " but this job has ",
                           nRanks_, " ranks");

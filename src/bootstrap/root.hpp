@@ -1,9 +1,9 @@
 // The rendezvous root: accepts authenticated ranks until all nRanks have sent {nRanks, listen endpoint}, then
 // sends every rank the table of all endpoints and exits. nRanks 0: the first valid rank's nRanks is the
-// job's (ncclGetUniqueId does not know the size); later ranks must agree. Connections that are inconsistent
-// (rank out of range, duplicate rank, other nRanks) get an error reply and are closed; the root keeps waiting
-// for honest ranks. When the timeout passes first, every joined rank gets an error that names the missing
-// ranks.
+// job's (ncclGetUniqueId does not know the size; at most kMaxRanks); later ranks must agree. Connections that
+// are inconsistent (rank out of range, duplicate rank, other nRanks) get an error reply and are closed; the
+// root keeps waiting for honest ranks. When the timeout passes first, every joined rank gets an error that
+// names the missing ranks.
 #pragma once
 
 #include <optional>

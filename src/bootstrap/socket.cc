@@ -401,15 +401,24 @@ void PolledConn::queueOutput(const std::vector<uint8_t>& bytes) {
 }
 
 void PolledConn::expectInput(size_t bytes) {
-  in_.assign(bytes, 0);
+  in_.clear();
   inFill_ = 0;
+  inWant_ = bytes;
   expecting_ = true;
+  growInput();
+}
+
+void PolledConn::growInput() {
+  size_t step = std::max(kInputStep, inFill_);
+  in_.resize(inFill_ + std::min(step, inWant_ - inFill_));
 }
 
 std::vector<uint8_t> PolledConn::takeInput() {
   std::vector<uint8_t> input = std::move(in_);
+  input.resize(inFill_);
   in_.clear();
   inFill_ = 0;
+  inWant_ = 0;
   expecting_ = false;
   return input;
 }
@@ -435,7 +444,8 @@ IoStatus PolledConn::pumpOutput() {
 IoStatus PolledConn::pumpInput() {
   while (true) {
     uint8_t probe;
-    bool unexpected = !expecting_ || inFill_ == in_.size();
+    bool unexpected = !expecting_ || inFill_ == inWant_;
+    if (!unexpected && inFill_ == in_.size()) growInput();
     // With nothing expected, read one byte only to tell EOF (Closed) from a protocol violation.
     void* dst = unexpected ? &probe : in_.data() + inFill_;
     size_t want = unexpected ? 1 : in_.size() - inFill_;
@@ -448,7 +458,7 @@ IoStatus PolledConn::pumpInput() {
     }
     if (unexpected) return failed(EPROTO);
     inFill_ += static_cast<size_t>(n);
-    if (inFill_ == in_.size()) return {};
+    if (inFill_ == inWant_) return {};
   }
 }
 

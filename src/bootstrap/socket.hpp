@@ -129,9 +129,13 @@ IoStatus recvAll(int fd, void* data, size_t bytes, const Deadline& deadline);
 IoStatus waitReady(int fd, short events, const Deadline& deadline);
 
 // A non-blocking connection served by a poll loop: output is queued and flushed as the socket accepts it;
-// input is gathered until an expected number of bytes has arrived.
+// input is gathered until an expected number of bytes has arrived. The input buffer grows as bytes arrive
+// (at most doubling what has arrived, in steps of at least kInputStep), so an expected length that the peer
+// never sends costs no memory.
 class PolledConn {
  public:
+  static constexpr size_t kInputStep = 64 * 1024;
+
   PolledConn(Fd fd, SockAddr remote) : fd_(std::move(fd)), remote_(remote) {}
   int fd() const { return fd_.get(); }
   const SockAddr& remote() const { return remote_; }
@@ -140,7 +144,9 @@ class PolledConn {
   bool outputPending() const { return outPos_ < out_.size(); }
   // Starts gathering exactly `bytes` bytes of input.
   void expectInput(size_t bytes);
-  bool inputComplete() const { return expecting_ && inFill_ == in_.size(); }
+  bool inputComplete() const { return expecting_ && inFill_ == inWant_; }
+  // Bytes the input buffer holds room for now (grows with the input that arrived).
+  size_t inputCapacity() const { return in_.size(); }
   // The gathered input; afterwards no input is expected until the next expectInput().
   std::vector<uint8_t> takeInput();
   // Input is always polled so that EOF is seen; output only while some is pending.
@@ -152,12 +158,16 @@ class PolledConn {
   IoStatus pumpInput();
 
  private:
+  // Makes room for the next bytes of the expected input.
+  void growInput();
+
   Fd fd_;
   SockAddr remote_;
   std::vector<uint8_t> out_;
   size_t outPos_ = 0;
   std::vector<uint8_t> in_;
   size_t inFill_ = 0;
+  size_t inWant_ = 0;
   bool expecting_ = false;
 };
 

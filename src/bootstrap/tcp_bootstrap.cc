@@ -8,6 +8,7 @@
 #include "base/logging.hpp"
 #include "base/siphash.hpp"
 #include "bootstrap/handshake.hpp"
+#include "bootstrap/limits.hpp"
 #include "bootstrap/peer_receiver.hpp"
 #include "bootstrap/root.hpp"
 #include "bootstrap/unique_id.hpp"
@@ -32,6 +33,14 @@ std::string rankPrefix(int rank) {
   return detail::concat("rank ", rank, ": ");
 }
 
+// `nRanks`, once checked (before anything is sized by it).
+int checkedRanks(int rank, int nRanks) {
+  MESHCOMM_REQUIRE(nRanks >= 1 && nRanks <= bootstrap::kMaxRanks && rank >= 0 && rank < nRanks,
+                   "TcpBootstrap: rank ", rank, " is out of range for nRanks=", nRanks,
+                   " (nRanks must be in 1..", bootstrap::kMaxRanks, ")");
+  return nRanks;
+}
+
 }  // namespace
 
 // ---- Bootstrap convenience wrappers ----------------------------------------------------------------------
@@ -45,7 +54,7 @@ void Bootstrap::sendBytes(const std::vector<char>& data, int peer, int tag) {
 std::vector<char> Bootstrap::recvBytes(int peer, int tag) {
   uint64_t length = 0;
   recv(&length, sizeof(length), peer, tag);
-  auto limit = static_cast<uint64_t>(envInt("MESHCOMM_BOOTSTRAP_MAX_MESSAGE"));
+  uint64_t limit = bootstrap::maxMessageFromEnv(detail::concat(rankPrefix(rank()), "bootstrap recvBytes"));
   if (length > limit) {
     MESHCOMM_THROW(ErrorCode::RemoteError, rankPrefix(rank()), "bootstrap recvBytes(peer ", peer, ", tag ",
                    tag, "): the length prefix says ", length,
@@ -91,6 +100,9 @@ class TcpBootstrap::Impl {
   void computeLocalRanks();
   void sendOnLink(Link& link, const void* data, size_t bytes, int peer, int tag,
                   const net::Deadline& deadline, const std::string& what);
+  // Every operation fails once the receiver thread has (`what` names the operation).
+  void requireReceiverRunning(const std::string& what);
+  [[noreturn]] static void throwReceiverStopped(const std::string& what, const std::string& reason);
 
   const double timeoutSec_;
   const uint64_t maxMessage_;
@@ -103,13 +115,11 @@ class TcpBootstrap::Impl {
 
 TcpBootstrap::Impl::Impl(int rank, int nRanks, const UniqueId& id, double timeoutSec)
     : rank(rank),
-      nRanks(nRanks),
+      nRanks(checkedRanks(rank, nRanks)),
       timeoutSec_(timeoutSec < 0 ? static_cast<double>(envInt("MESHCOMM_BOOTSTRAP_TIMEOUT")) : timeoutSec),
-      maxMessage_(static_cast<uint64_t>(envInt("MESHCOMM_BOOTSTRAP_MAX_MESSAGE"))),
-      mailbox_(nRanks > 0 ? nRanks : 0),
-      links_(nRanks > 0 ? nRanks : 0) {
-  MESHCOMM_REQUIRE(nRanks >= 1 && rank >= 0 && rank < nRanks, "TcpBootstrap: rank ", rank,
-                   " is out of range for nRanks=", nRanks);
+      maxMessage_(bootstrap::maxMessageFromEnv(rankPrefix(rank) + "TcpBootstrap")),
+      mailbox_(nRanks, maxMessage_ * bootstrap::kQueuedBytesPerMaxMessage),
+      links_(nRanks) {
   MESHCOMM_REQUIRE(timeoutSec_ > 0, rankPrefix(rank), "TcpBootstrap: the timeout must be positive (got ",
                    timeoutSec_, "s; see MESHCOMM_BOOTSTRAP_TIMEOUT)");
   bootstrap::IdContents contents = bootstrap::decodeUniqueId(id, rankPrefix(rank) + "TcpBootstrap");
@@ -157,8 +167,8 @@ net::SockAddr TcpBootstrap::Impl::startReceiver(const net::SockAddr& localRouteT
     detail::throwSystemError(
         err, detail::concat(rankPrefix(rank), "bootstrap cannot listen on ", addr.toString()));
   net::SockAddr bound = net::localAddress(fd.get());
-  receiver_ = std::make_unique<bootstrap::PeerReceiver>(std::move(fd), rank, nRanks, secret_, timeoutSec_,
-                                                        maxMessage_, mailbox_);
+  receiver_ = std::make_unique<bootstrap::PeerReceiver>(
+      std::move(fd), rank, nRanks, secret_, bootstrap::handshakeTimeout(timeoutSec_), maxMessage_, mailbox_);
   return bound;
 }
 
@@ -209,13 +219,15 @@ void TcpBootstrap::Impl::computeLocalRanks() {
 void TcpBootstrap::Impl::send(const void* data, size_t bytes, int peer, int tag, const char* op,
                               const net::Deadline& deadline) {
   std::string what = detail::concat(rankPrefix(rank), "bootstrap ", op, "(peer ", peer, ", tag ", tag, ")");
+  requireReceiverRunning(what);
   if (bytes > maxMessage_) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, what, ": ", bytes,
                    " bytes is more than MESHCOMM_BOOTSTRAP_MAX_MESSAGE=", maxMessage_);
   }
   if (peer == rank) {
     const auto* p = static_cast<const uint8_t*>(data);
-    mailbox_.deliver(rank, tag, std::vector<uint8_t>(p, p + bytes));
+    std::string problem = mailbox_.deliver(rank, tag, std::vector<uint8_t>(p, p + bytes));
+    if (!problem.empty()) MESHCOMM_THROW(ErrorCode::InvalidUsage, what, ": this rank ", problem);
     return;
   }
   Link& link = links_[peer];
@@ -260,6 +272,9 @@ void TcpBootstrap::Impl::recv(void* data, size_t bytes, int peer, int tag, const
     case bootstrap::Mailbox::Outcome::PeerGone:
       MESHCOMM_THROW(ErrorCode::RemoteError, rankPrefix(rank), "bootstrap ", op, "(peer ", peer, ", tag ",
                      tag, "): ", reason);
+    case bootstrap::Mailbox::Outcome::ReceiverStopped:
+      throwReceiverStopped(
+          detail::concat(rankPrefix(rank), "bootstrap ", op, "(peer ", peer, ", tag ", tag, ")"), reason);
     case bootstrap::Mailbox::Outcome::Message:
       break;
   }
@@ -268,6 +283,18 @@ void TcpBootstrap::Impl::recv(void* data, size_t bytes, int peer, int tag, const
                    "): expected ", bytes, " bytes but peer ", peer, " sent ", payload.size());
   }
   if (bytes > 0) std::memcpy(data, payload.data(), bytes);
+}
+
+void TcpBootstrap::Impl::requireReceiverRunning(const std::string& what) {
+  std::string reason = mailbox_.receiverStopped();
+  if (!reason.empty()) throwReceiverStopped(what, reason);
+}
+
+void TcpBootstrap::Impl::throwReceiverStopped(const std::string& what, const std::string& reason) {
+  MESHCOMM_THROW(ErrorCode::RemoteError, what,
+                 ": this rank's bootstrap receiver thread failed, so no message "
+                 "can arrive any more (",
+                 reason, ")");
 }
 
 void TcpBootstrap::Impl::ringAllGather(void* data, size_t bytesPerRank, const char* op) {
@@ -287,7 +314,9 @@ void TcpBootstrap::Impl::ringAllGather(void* data, size_t bytesPerRank, const ch
 // ---- TcpBootstrap ----------------------------------------------------------------------------------------
 
 UniqueId TcpBootstrap::createUniqueId(int nRanks) {
-  MESHCOMM_REQUIRE(nRanks >= 0, "TcpBootstrap::createUniqueId: nRanks=", nRanks, " must be >= 0");
+  MESHCOMM_REQUIRE(nRanks >= 0 && nRanks <= bootstrap::kMaxRanks,
+                   "TcpBootstrap::createUniqueId: nRanks=", nRanks, " must be in 0..", bootstrap::kMaxRanks,
+                   " (0: the ranks tell)");
   net::SockAddr addr = net::advertisedAddress();
   net::Fd fd;
   int err = net::tryListen(addr, &fd);

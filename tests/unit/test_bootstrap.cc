@@ -25,6 +25,7 @@
 #include "meshcomm/bootstrap.hpp"
 #include "meshcomm/errors.hpp"
 #include "forked_ranks.hpp"
+#include "root_client.hpp"
 
 namespace meshcomm {
 namespace {
@@ -571,25 +572,8 @@ TEST(BootstrapRoot, RejectsDuplicateOutOfRangeAndMismatchedRanksAndFreesLeftSlot
   listener.reset();
 
   net::Deadline deadline = net::Deadline::after(10);
-  auto join = [&](int rank, int nRanks) {
-    net::Fd fd = net::connectTo(rootAddr, deadline, net::ConnectRetry::UntilDeadline, "client");
-    bootstrap::authenticateConnection(fd.get(), secret, rank, bootstrap::kRootRank, deadline, "client");
-    bootstrap::WireWriter hello;
-    hello.i32(nRanks);
-    bootstrap::writeEndpoint(hello, {net::SockAddr::loopbackV4(static_cast<uint16_t>(1000 + rank)), 77});
-    EXPECT_TRUE(net::sendAll(fd.get(), hello.data().data(), hello.data().size(), deadline).ok());
-    return fd;
-  };
-  auto readReply = [&](const net::Fd& fd, uint32_t* kind) {
-    uint8_t header[bootstrap::kReplyHeaderBytes];
-    EXPECT_TRUE(net::recvAll(fd.get(), header, sizeof(header), deadline).ok());
-    bootstrap::WireReader r(header, sizeof(header));
-    *kind = r.u32();
-    uint32_t count = r.u32();
-    std::vector<uint8_t> body(*kind == bootstrap::kReplyTable ? count * bootstrap::kEndpointBytes : count);
-    EXPECT_TRUE(net::recvAll(fd.get(), body.data(), body.size(), deadline).ok());
-    return body;
-  };
+  auto join = [&](int rank, int nRanks) { return joinRoot(rootAddr, secret, rank, nRanks, deadline); };
+  auto readReply = [&](const net::Fd& fd, uint32_t* kind) { return readRootReply(fd, kind, deadline); };
   auto expectRejected = [&](const net::Fd& fd, const std::string& part) {
     uint32_t kind = 0;
     std::vector<uint8_t> text = readReply(fd, &kind);
