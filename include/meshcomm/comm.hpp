@@ -132,6 +132,10 @@ class Comm {
   AlgorithmCollection& algorithms();
   // Registers a user algorithm (collective: all ranks, same order) and calls its initialize().
   void addAlgorithm(std::shared_ptr<Algorithm> algorithm);
+  // The selection table. Every rule must name a registered algorithm of its collective: setSelector throws
+  // Error(InvalidUsage) naming the rule otherwise (the Comm keeps its table), and so does the next selection
+  // after a change through selector(). To name an algorithm added with addAlgorithm, set the table after
+  // adding it.
   Selector& selector();
   void setSelector(Selector selector);
   // What the selector picks for `args` (for tools and tests).

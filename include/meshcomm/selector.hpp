@@ -1,7 +1,9 @@
 // Table-driven algorithm selection. A table is a list of rules; the first rule that matches a call and
 // names an algorithm that supports it wins; with no match the first supporting algorithm of the
-// collection (registration order) is used. Tables are JSON (docs/collectives.md), loaded from
-// MESHCOMM_ALGO_TABLE or built in; MESHCOMM_ALGO forces algorithms per collective ("allreduce=name,...").
+// collection (registration order) is used. Every rule must name a registered algorithm of its collective
+// (checked when the table is resolved against a collection). Tables are JSON (docs/collectives.md), loaded
+// from MESHCOMM_ALGO_TABLE or built in; MESHCOMM_ALGO forces algorithms per collective
+// ("allreduce=name,...").
 #pragma once
 
 #include <cstddef>
@@ -38,12 +40,15 @@ class Selector {
   // Throws Error(InvalidUsage) naming the rule for a rule that cannot be honoured consistently (e.g. size
   // bounds on a collective whose size is rank-local).
   explicit Selector(std::vector<SelectorRule> rules);
-  // Parses a table (throws Error(InvalidUsage) naming the rule index and field on malformed input).
+  // Parses a table (throws Error(InvalidUsage) naming the rule index and field on malformed input; nesting
+  // deeper than 32 levels is rejected while parsing, and messages are bounded in length).
   static Selector fromJson(const std::string& text);
   static Selector fromFile(const std::string& path);
+  // The canonical form: every rule with its fields in name order, defaults omitted.
   std::string toJson() const;
 
-  // Throws Error(InvalidUsage) naming rank, collective and every algorithm's reason when none applies.
+  // Throws Error(InvalidUsage) naming the rule when it names an algorithm that `algorithms` lacks or holds
+  // for another collective, and naming rank, collective and every algorithm's reason when none applies.
   Selection select(const CollectiveArgs& args, const CommTopology& topo,
                    const AlgorithmCollection& algorithms) const;
   const std::vector<SelectorRule>& rules() const { return rules_; }

@@ -7,10 +7,12 @@
 #include <optional>
 #include <unordered_map>
 
+#include "base/error_message.hpp"
 #include "base/logging.hpp"
 #include "collectives/default_table.hpp"
 #include "collectives/p2p_phases.hpp"
 #include "collectives/selection_plan.hpp"
+#include "collectives/table_agreement.hpp"
 #include "collectives/validation.hpp"
 #include "meshcomm/buffer_registry.hpp"
 #include "meshcomm/builtin_algorithms.hpp"
@@ -38,13 +40,6 @@ bool isCapturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   MESHCOMM_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
   return status != cudaStreamCaptureStatusNone;
-}
-
-// The message of an Error without its "Code: " prefix, to re-throw it with more context.
-std::string messageOf(const Error& e) {
-  const std::string what = e.what();
-  const size_t colon = what.find(": ");
-  return colon == std::string::npos ? what : what.substr(colon + 2);
 }
 
 Selector loadSelector() {
@@ -138,9 +133,13 @@ Comm::Impl::Impl(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config)
   resources = std::make_unique<CommResources>(*communicator, config.resources);
   algorithms = builtinAlgorithms();
   for (const auto& a : algorithms.all()) initialize(*a);
-  selector = loadSelector();
+  selector = loadAgreedSelector(communicator->bootstrap(), loadSelector);
   forced = forcedAlgorithmsFromEnv();
-  rebuildPlan();
+  try {
+    rebuildPlan();
+  } catch (const Error& e) {
+    throw Error(e.code(), detail::concat("rank ", topo().rank, ": creating the Comm: ", messageOf(e)));
+  }
   groupOps.reserve(2 * static_cast<size_t>(topo().nRanks));
 }
 
@@ -438,9 +437,13 @@ Selector& Comm::selector() {
   return impl_->selector;
 }
 
+// The plan is built before the table replaces the current one, so a table naming an unknown algorithm
+// leaves the Comm as it was.
 void Comm::setSelector(Selector selector) {
+  SelectionPlan plan(selector, impl_->algorithms, impl_->forced);
   impl_->selector = std::move(selector);
-  impl_->rebuildPlan();
+  impl_->plan = std::move(plan);
+  impl_->planDirty = false;
 }
 
 Selection Comm::select(const CollectiveArgs& args) const {

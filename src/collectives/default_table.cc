@@ -1,16 +1,15 @@
 // The built-in selection table. Thresholds are nccl-tests message sizes (CollectiveArgs::messageBytes).
-// Rules naming algorithms that are not registered are skipped at selection time; the fallback (first
-// supporting algorithm in registration order) covers every collective without a rule. Crossovers come from
-// meshcomm-tune on 4x H200, bf16 (bench/results/2026-11-21-h200x4-tuned-4K-4M.json); an LL algorithm whose
-// packet region cannot hold a call (larger worlds) declines it and the next matching rule applies.
-// alltoallv and sendrecv rules cannot bound the size (each rank sees its own): sendrecv_ll and alltoallv_ll
-// choose LL or the pairwise engine per pair inside one algorithm (ll_stream.hpp); alltoallv_ll declines
-// device-side counts, which then go to alltoallv_scratch. allreduce one-shot up to 256 KiB on 2 and 4 ranks:
-// with the coalesced LL pack layout it runs 256 KiB on 4x H200 in 11.0-11.9 us,
-// two-shot in 13.5-13.8 (meshcomm-tune); on 2 ranks both move the same bytes over the one link
-// and one-shot saves a hop. Larger worlds keep two-shot above 128 KiB: one-shot's traffic per rank grows
-// with n - 1 (not measured beyond 4 GPUs).
-// allgather_ll and alltoall_ll up to 1 MiB (one LL packet per thread): 8.4-8.8 us at 1 MiB
+// Every rule names a built-in algorithm of its collective (a Comm rejects a table naming anything else); the
+// fallback (first supporting algorithm in registration order) covers every collective without a rule.
+// Crossovers come from meshcomm-tune on 4x H200, bf16 (bench/results/2026-11-21-h200x4-tuned-4K-4M.json); an
+// LL algorithm whose packet region cannot hold a call (larger worlds) declines it and the next matching rule
+// applies. alltoallv and sendrecv rules cannot bound the size (each rank sees its own): sendrecv_ll and
+// alltoallv_ll choose LL or the pairwise engine per pair inside one algorithm (ll_stream.hpp); alltoallv_ll
+// declines device-side counts, which then go to alltoallv_scratch. allreduce one-shot up to 256 KiB on 2 and
+// 4 ranks: with the coalesced LL pack layout it runs 256 KiB on 4x H200 in 11.0-11.9 us, two-shot
+// in 13.5-13.8 (meshcomm-tune); on 2 ranks both move the same bytes over the one link and one-shot saves a
+// hop. Larger worlds keep two-shot above 128 KiB: one-shot's traffic per rank grows with n - 1 (not measured
+// beyond 4 GPUs). allgather_ll and alltoall_ll up to 1 MiB (one LL packet per thread): 8.4-8.8 us at 1 MiB
 // vs 11.2-11.6 for the *_scratch engines on 4x H200, 6.5-6.6 vs 9.8-9.9 on 2 (meshcomm-tune and
 // bench/results/2026-11-22-h200x4-session14.md).
 // gather_stream / scatter_stream (the collective as nccl-tests' strided group on sendrecv_ll's

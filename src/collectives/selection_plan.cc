@@ -3,6 +3,8 @@
 
 #include <sstream>
 
+#include "base/bounded_text.hpp"
+#include "collectives/selection_table_error.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 
@@ -38,6 +40,31 @@ std::string describeCall(const CollectiveArgs& args, const CommTopology& topo) {
   return os.str();
 }
 
+// "a, b, c": the names of `algorithms`, in order.
+std::string algorithmNames(const std::vector<std::shared_ptr<Algorithm>>& algorithms) {
+  std::string names;
+  for (const auto& a : algorithms) names += (names.empty() ? "" : ", ") + a->name();
+  return names;
+}
+
+// The algorithm rule `index` names: registered, and of the rule's collective; else an error naming the rule,
+// the name and the collection's algorithms of that collective.
+std::shared_ptr<Algorithm> resolveRule(const SelectorRule& rule, size_t index,
+                                       const AlgorithmCollection& algorithms) {
+  auto algorithm = algorithms.find(rule.algorithm);
+  if (algorithm != nullptr && algorithm->collective() == rule.collective) return algorithm;
+  const char* collective = collectiveName(rule.collective);
+  const std::string known = algorithmNames(algorithms.forCollective(rule.collective));
+  const std::string knownText = known.empty() ? detail::concat("no ", collective, " algorithm is registered")
+                                              : detail::concat("known ", collective, " algorithms: ", known);
+  if (algorithm == nullptr) {
+    failRuleField(index, "algorithm", "unknown ", collective, " algorithm ", quotedName(rule.algorithm), " (",
+                  knownText, ")");
+  }
+  failRuleField(index, "algorithm", quotedName(rule.algorithm), " is an algorithm of ",
+                collectiveName(algorithm->collective()), ", not of ", collective, " (", knownText, ")");
+}
+
 }  // namespace
 
 ForcedAlgorithms parseForcedAlgorithms(const std::string& spec) {
@@ -51,10 +78,10 @@ ForcedAlgorithms parseForcedAlgorithms(const std::string& spec) {
     const std::string coll = trim(entry.substr(0, eq));
     const std::string name = eq == std::string::npos ? "" : trim(entry.substr(eq + 1));
     Collective c;
-    MESHCOMM_REQUIRE(eq != std::string::npos && !name.empty(), kAlgoVar, "='", spec, "': entry '", entry,
-                     "' is not collective=algorithm");
-    MESHCOMM_REQUIRE(parseCollectiveName(coll, c), kAlgoVar, "='", spec, "': unknown collective '", coll,
-                     "'");
+    MESHCOMM_REQUIRE(eq != std::string::npos && !name.empty(), kAlgoVar, "='", boundedText(spec),
+                     "': entry '", boundedText(entry), "' is not collective=algorithm");
+    MESHCOMM_REQUIRE(parseCollectiveName(coll, c), kAlgoVar, "='", boundedText(spec),
+                     "': unknown collective '", boundedText(coll), "'");
     forced[static_cast<int>(c)] = name;
   }
   return forced;
@@ -84,11 +111,10 @@ SelectionPlan::SelectionPlan(const Selector& selector, const AlgorithmCollection
     if (!pc.forcedName.empty()) pc.forced = algorithms.find(pc.forcedName);
     pc.candidates = algorithms.forCollective(static_cast<Collective>(i));
   }
-  for (const auto& rule : selector.rules()) {
-    auto algorithm = algorithms.find(rule.algorithm);
-    // Rules naming an algorithm that is not registered (or is of another collective) are skipped.
-    if (algorithm == nullptr || algorithm->collective() != rule.collective) continue;
-    perCollective_[static_cast<int>(rule.collective)].rules.push_back({rule, std::move(algorithm)});
+  const auto& rules = selector.rules();
+  for (size_t i = 0; i < rules.size(); ++i) {
+    perCollective_[static_cast<int>(rules[i].collective)].rules.push_back(
+        {rules[i], resolveRule(rules[i], i, algorithms)});
   }
 }
 
@@ -113,13 +139,13 @@ Selection SelectionPlan::selectForced(const PerCollective& pc, const CollectiveA
                                       const CommTopology& topo) const {
   if (pc.forced == nullptr || pc.forced->collective() != args.collective) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, describeCall(args, topo), ": ", kAlgoVar, " forces algorithm '",
-                   pc.forcedName, "', which is not a registered ", collectiveName(args.collective),
-                   " algorithm");
+                   boundedText(pc.forcedName), "', which is not a registered ",
+                   collectiveName(args.collective), " algorithm");
   }
   const std::string reason = pc.forced->unsupportedReason(args, topo);
   if (!reason.empty()) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, describeCall(args, topo), ": ", kAlgoVar, " forces algorithm '",
-                   pc.forcedName, "', which cannot run this call: ", reason);
+                   boundedText(pc.forcedName), "', which cannot run this call: ", reason);
   }
   // A matching rule naming the forced algorithm still supplies its launch configuration.
   for (const auto& r : pc.rules) {

@@ -24,10 +24,12 @@ bool ruleMatches(const SelectorRule& rule, const CollectiveArgs& args, const Com
 class SelectionPlan {
  public:
   SelectionPlan() = default;
+  // Throws Error(InvalidUsage) naming the rule, the name and the registered algorithms of the rule's
+  // collective when a rule names an algorithm that is not registered or is of another collective.
   SelectionPlan(const Selector& selector, const AlgorithmCollection& algorithms, ForcedAlgorithms forced);
-  // Forced algorithm, else the first matching rule whose algorithm is registered and supports the call,
-  // else the first supporting algorithm in registration order. Throws Error(InvalidUsage) naming rank,
-  // collective and the reasons.
+  // Forced algorithm, else the first matching rule whose algorithm supports the call, else the first
+  // supporting algorithm in registration order. Throws Error(InvalidUsage) naming rank, collective and the
+  // reasons.
   Selection select(const CollectiveArgs& args, const CommTopology& topo) const;
 
  private:
@@ -36,9 +38,9 @@ class SelectionPlan {
     std::shared_ptr<Algorithm> algorithm;
   };
   struct PerCollective {
-    std::string forcedName;             // MESHCOMM_ALGO entry, empty if none
-    std::shared_ptr<Algorithm> forced;  // null if none or not registered
-    std::vector<ResolvedRule> rules;    // in table order; rules naming missing algorithms are dropped
+    std::string forcedName;                              // MESHCOMM_ALGO entry, empty if none
+    std::shared_ptr<Algorithm> forced;                   // null if none or not registered
+    std::vector<ResolvedRule> rules;                     // in table order
     std::vector<std::shared_ptr<Algorithm>> candidates;  // registration order
   };
 

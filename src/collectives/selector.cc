@@ -6,7 +6,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/bounded_text.hpp"
+#include "base/error_message.hpp"
+#include "base/json_limits.hpp"
 #include "collectives/selection_plan.hpp"
+#include "collectives/selection_table_error.hpp"
 #include "meshcomm/errors.hpp"
 
 namespace meshcomm {
@@ -18,30 +22,29 @@ using json = nlohmann::json;
 // Context of one field for error messages: "selection table: rule 3: field 'dtype': ...".
 struct FieldRef {
   size_t rule;
-  const char* field;
+  std::string_view field;
 };
 
 template <typename... Args>
 [[noreturn]] void fail(const FieldRef& f, Args&&... args) {
-  MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: rule ", f.rule, ": field '", f.field,
-                 "': ", std::forward<Args>(args)...);
+  failRuleField(f.rule, f.field, std::forward<Args>(args)...);
 }
 
 uint64_t readUnsigned(const json& v, const FieldRef& f, uint64_t maxValue) {
-  if (!v.is_number_integer()) fail(f, "expected a non-negative integer, got ", v.dump());
-  if (!v.is_number_unsigned()) fail(f, "must not be negative, got ", v.dump());
+  if (!v.is_number_integer()) fail(f, "expected a non-negative integer, got ", describeJson(v));
+  if (!v.is_number_unsigned()) fail(f, "must not be negative, got ", describeJson(v));
   const uint64_t x = v.get<uint64_t>();
   if (x > maxValue) fail(f, "value ", x, " exceeds ", maxValue);
   return x;
 }
 
 bool readBool(const json& v, const FieldRef& f) {
-  if (!v.is_boolean()) fail(f, "expected true or false, got ", v.dump());
+  if (!v.is_boolean()) fail(f, "expected true or false, got ", describeJson(v));
   return v.get<bool>();
 }
 
 std::string readString(const json& v, const FieldRef& f) {
-  if (!v.is_string()) fail(f, "expected a string, got ", v.dump());
+  if (!v.is_string()) fail(f, "expected a string, got ", describeJson(v));
   return v.get<std::string>();
 }
 
@@ -53,7 +56,7 @@ Collective readCollective(const json& v, const FieldRef& f) {
     if (s == collectiveName(c)) return c;
     known += (i ? ", " : "") + std::string(collectiveName(c));
   }
-  fail(f, "unknown collective '", s, "' (known: ", known, ")");
+  fail(f, "unknown collective ", quotedName(s), " (known: ", known, ")");
 }
 
 DataType readDataType(const json& v, const FieldRef& f) {
@@ -64,11 +67,11 @@ DataType readDataType(const json& v, const FieldRef& f) {
     if (s == dataTypeName(t)) return t;
     known += (i ? ", " : "") + std::string(dataTypeName(t));
   }
-  fail(f, "unknown dtype '", s, "' (known: ", known, ")");
+  fail(f, "unknown dtype ", quotedName(s), " (known: ", known, ")");
 }
 
 void readField(SelectorRule& r, const std::string& key, const json& v, size_t index) {
-  const FieldRef f{index, key.c_str()};
+  const FieldRef f{index, key};
   if (key == "collective") {
     r.collective = readCollective(v, f);
   } else if (key == "algorithm") {
@@ -112,10 +115,7 @@ void checkRule(const SelectorRule& r, size_t index) {
 }
 
 SelectorRule parseRule(const json& j, size_t index) {
-  if (!j.is_object()) {
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: rule ", index, ": expected an object, got ",
-                   j.dump());
-  }
+  if (!j.is_object()) failTable("rule ", index, ": expected an object, got ", describeJson(j));
   for (const char* required : {"collective", "algorithm"}) {
     if (!j.contains(required)) fail({index, required}, "missing (required)");
   }
@@ -147,22 +147,13 @@ Selector::Selector(std::vector<SelectorRule> rules) : rules_(std::move(rules)) {
 }
 
 Selector Selector::fromJson(const std::string& text) {
-  json doc;
-  try {
-    doc = json::parse(text);
-  } catch (const json::exception& e) {
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: not valid JSON: ", e.what());
-  }
-  if (!doc.is_object()) MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: expected an object");
+  const json doc = parseJsonLimited(text, "selection table: ");
+  if (!doc.is_object()) failTable("expected an object, got ", describeJson(doc));
   for (auto it = doc.begin(); it != doc.end(); ++it) {
-    if (it.key() != "rules") {
-      MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: unknown top-level field '", it.key(),
-                     "' (expected only 'rules')");
-    }
+    if (it.key() != "rules")
+      failTable("unknown top-level field ", quotedName(it.key()), " (expected only 'rules')");
   }
-  if (!doc.contains("rules") || !doc["rules"].is_array()) {
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table: 'rules' must be present and an array");
-  }
+  if (!doc.contains("rules") || !doc["rules"].is_array()) failTable("'rules' must be present and an array");
   std::vector<SelectorRule> rules;
   const json& list = doc["rules"];
   for (size_t i = 0; i < list.size(); ++i) rules.push_back(parseRule(list[i], i));
@@ -171,14 +162,14 @@ Selector Selector::fromJson(const std::string& text) {
 
 Selector Selector::fromFile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) MESHCOMM_THROW(ErrorCode::InvalidUsage, "selection table '", path, "': cannot open the file");
+  if (!in) failTable(quotedPath(path), ": cannot open the file");
   std::stringstream text;
   text << in.rdbuf();
   try {
     return fromJson(text.str());
   } catch (const Error& e) {
-    const std::string what = e.what();  // "InvalidUsage: selection table: ..."
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "'", path, "': ", what.substr(what.find(": ") + 2));
+    throw Error(ErrorCode::InvalidUsage,
+                boundedText(quotedPath(path) + ": " + messageOf(e), kMaxErrorMessage));
   }
 }
 

@@ -1,39 +1,17 @@
-// Reading plan JSON with paths: parsing with a nesting limit, typed reads whose errors name the value's path.
+// Reading plan JSON with paths: parsing with the shared nesting limit, typed reads whose errors name the
+// value's path.
 #include "plan/plan_json.hpp"
 
 #include <algorithm>
 
 namespace meshcomm::plan::detail {
 
-namespace {
-
-constexpr size_t kMaxDescribedString = 40;
-
-}  // namespace
-
 json parseJsonText(std::string_view text, const std::string& planName) {
-  const auto limitDepth = [&planName](int depth, json::parse_event_t, json&) {
-    if (depth > kMaxJsonDepth) failAt(planName, "", "JSON nested deeper than ", kMaxJsonDepth, " levels");
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), limitDepth);
-  } catch (const json::exception& e) {
-    failAt(planName, "", "not valid JSON: ", e.what());
-  }
-}
-
-std::string describe(const json& value) {
-  if (value.is_array()) return "an array";
-  if (value.is_object()) return "an object";
-  if (!value.is_string()) return value.dump();
-  const auto& s = value.get_ref<const std::string&>();
-  if (s.size() <= kMaxDescribedString) return value.dump();
-  return json(s.substr(0, kMaxDescribedString)).dump(-1, ' ', false, json::error_handler_t::replace) + "...";
+  return parseJsonLimited(text, planPrefix(planName));
 }
 
 void Node::expectKeys(const std::vector<std::string_view>& keys) const {
-  if (!value_.is_object()) fail("expected an object, got ", describe(value_));
+  if (!value_.is_object()) fail("expected an object, got ", describeJson(value_));
   for (const auto& item : value_.items())
     if (std::find(keys.begin(), keys.end(), item.key()) == keys.end())
       failAt(planName_, memberPath(path_, item.key()), "unknown key");
@@ -42,14 +20,14 @@ void Node::expectKeys(const std::vector<std::string_view>& keys) const {
 }
 
 Node Node::member(const char* key) const {
-  if (!value_.is_object()) fail("expected an object, got ", describe(value_));
+  if (!value_.is_object()) fail("expected an object, got ", describeJson(value_));
   const auto it = value_.find(key);
   if (it == value_.end()) failAt(planName_, memberPath(path_, key), "missing");
   return Node(*it, memberPath(path_, key), planName_);
 }
 
 size_t Node::arraySize(size_t maxSize) const {
-  if (!value_.is_array()) fail("expected an array, got ", describe(value_));
+  if (!value_.is_array()) fail("expected an array, got ", describeJson(value_));
   if (value_.size() > maxSize) fail(value_.size(), " entries, at most ", maxSize, " allowed");
   return value_.size();
 }
@@ -59,9 +37,9 @@ Node Node::element(size_t i) const {
 }
 
 uint64_t Node::toUnsigned(uint64_t minValue, uint64_t maxValue) const {
-  if (!value_.is_number_integer()) fail("expected a non-negative integer, got ", describe(value_));
+  if (!value_.is_number_integer()) fail("expected a non-negative integer, got ", describeJson(value_));
   if (!value_.is_number_unsigned() && value_.get<int64_t>() < 0)
-    fail("must not be negative, got ", describe(value_));
+    fail("must not be negative, got ", describeJson(value_));
   const uint64_t x = value_.get<uint64_t>();
   if (x < minValue || x > maxValue) fail(x, " is outside ", minValue, "..", maxValue);
   return x;
@@ -72,12 +50,12 @@ int Node::toInt(int minValue, int maxValue) const {
 }
 
 bool Node::toBool() const {
-  if (!value_.is_boolean()) fail("expected true or false, got ", describe(value_));
+  if (!value_.is_boolean()) fail("expected true or false, got ", describeJson(value_));
   return value_.get<bool>();
 }
 
 std::string Node::toString() const {
-  if (!value_.is_string()) fail("expected a string, got ", describe(value_));
+  if (!value_.is_string()) fail("expected a string, got ", describeJson(value_));
   return value_.get<std::string>();
 }
 

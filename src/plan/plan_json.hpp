@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/json_limits.hpp"
 #include "plan/plan_error.hpp"
 #include "plan/plan_format.hpp"
 
@@ -15,15 +16,9 @@ namespace meshcomm::plan::detail {
 
 using json = nlohmann::json;
 
-// Deepest nesting a plan document may have (a plan needs 9 levels); deeper text is rejected while parsing.
-constexpr int kMaxJsonDepth = 32;
-
-// Parses JSON text; syntax errors and too deep nesting throw meshcomm::Error naming `planName`.
+// Parses JSON text with the nesting limit of base/json_limits.hpp (a plan needs 9 levels); syntax errors and
+// too deep nesting throw meshcomm::Error naming `planName`.
 json parseJsonText(std::string_view text, const std::string& planName = "");
-
-// A short description of a value for messages: numbers, booleans and null as written, strings quoted (long
-// ones cut), arrays and objects by kind.
-std::string describe(const json& value);
 
 // A JSON value of the plan and its path ("ranks[2].threadblocks[1]").
 class Node {
@@ -56,7 +51,7 @@ class Node {
     const std::string s = toString();
     for (const auto& n : table)
       if (s == n.name) return n.value;
-    fail("unknown ", what, " ", describe(value_), " (known: ", namesOf(table), ")");
+    fail("unknown ", what, " ", describeJson(value_), " (known: ", namesOf(table), ")");
   }
 
   template <typename... Args>

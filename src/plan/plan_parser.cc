@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/error_message.hpp"
 #include "meshcomm/plan.hpp"
 #include "plan/plan_checks.hpp"
 #include "plan/plan_json.hpp"
@@ -28,11 +29,11 @@ std::string peekName(const json& root) {
 void readFormat(const Node& root) {
   const Node format = root.member("format");
   if (format.toString() != kFormatName)
-    format.fail("expected \"", kFormatName, "\", got ", detail::describe(format.value()));
+    format.fail("expected \"", kFormatName, "\", got ", describeJson(format.value()));
   const Node version = root.member("version");
   if (version.toUnsigned(0, kMaxCount) != static_cast<uint64_t>(kFormatVersion))
-    version.fail("version ", detail::describe(version.value()),
-                 " is not supported (this loader reads version ", kFormatVersion, ")");
+    version.fail("version ", describeJson(version.value()), " is not supported (this loader reads version ",
+                 kFormatVersion, ")");
 }
 
 ChunkRef readChunkRef(const Node& n) {
@@ -128,7 +129,7 @@ void readRanks(const Node& n, Plan& plan) {
 }
 
 Plan readPlan(const Node& root) {
-  if (!root.value().is_object()) root.fail("expected an object, got ", detail::describe(root.value()));
+  if (!root.value().is_object()) root.fail("expected an object, got ", describeJson(root.value()));
   readFormat(root);
   root.expectKeys({"format", "version", "name", "collective", "num_ranks", "protocol", "inplace", "instances",
                    "chunks_per_unit", "input_chunks", "output_chunks", "min_message_size", "max_message_size",
@@ -159,13 +160,6 @@ std::string readFile(const std::string& path) {
   text << in.rdbuf();
   if (in.bad()) ::meshcomm::detail::throwSystemError(errno, "plan file '" + path + "': cannot read");
   return text.str();
-}
-
-// The message of an Error without its "code: " prefix.
-std::string messageOf(const Error& e) {
-  const std::string prefix = std::string(errorCodeName(e.code())) + ": ";
-  const std::string what = e.what();
-  return what.compare(0, prefix.size(), prefix) == 0 ? what.substr(prefix.size()) : what;
 }
 
 }  // namespace

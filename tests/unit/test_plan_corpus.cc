@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "meshcomm/errors.hpp"
+#include "test_files.hpp"
 #include "meshcomm/plan.hpp"
 
 namespace meshcomm::plan {
@@ -19,17 +20,11 @@ namespace fs = std::filesystem;
 const fs::path kCorpus = fs::path(MESHCOMM_SOURCE_DIR) / "tests/fuzz/corpus/plan";
 
 std::vector<fs::path> seedsStartingWith(const std::string& prefix) {
-  std::vector<fs::path> seeds;
-  for (const auto& entry : fs::directory_iterator(kCorpus))
-    if (entry.path().filename().string().rfind(prefix, 0) == 0) seeds.push_back(entry.path());
-  return seeds;
+  return test::filesStartingWith(kCorpus, prefix);
 }
 
 std::string readSeed(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return test::readFile(path);
 }
 
 TEST(PlanCorpus, ValidSeedsLoad) {

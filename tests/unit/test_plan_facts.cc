@@ -3,22 +3,18 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "meshcomm/plan.hpp"
 #include "plan/plan_facts.hpp"
+#include "test_files.hpp"
 
 namespace meshcomm::plan {
 namespace {
 
 Plan golden(const std::string& name) {
-  std::ifstream in(std::filesystem::path(MESHCOMM_SOURCE_DIR) / "tests/python/dsl/golden" /
-                   (name + ".r4.json"));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parsePlan(text.str());
+  const std::filesystem::path dir = std::filesystem::path(MESHCOMM_SOURCE_DIR) / "tests/python/dsl/golden";
+  return parsePlan(test::readFile(dir / (name + ".r4.json")));
 }
 
 TEST(PlanFacts, TheShippedPlansRunOnAFourRankCommunicator) {

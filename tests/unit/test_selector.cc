@@ -1,13 +1,16 @@
 // Selector: JSON tables, rule matching, fallback, MESHCOMM_ALGO forcing (CPU only, fake algorithms).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 
 #include "collectives/default_table.hpp"
 #include "collectives/selection_plan.hpp"
+#include "meshcomm/builtin_algorithms.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/selector.hpp"
+#include "scoped_env.hpp"
 
 namespace meshcomm {
 namespace {
@@ -32,18 +35,7 @@ class FakeAlgorithm : public Algorithm {
   size_t maxBytes_;
 };
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value, 1);
-  }
-  ~ScopedEnv() { old_.empty() ? unsetenv(name_) : setenv(name_, old_.c_str(), 1); }
-
- private:
-  const char* name_;
-  std::string old_;
-};
+using test::ScopedEnv;
 
 CollectiveArgs allReduceArgs(size_t count, DataType dtype = DataType::F32) {
   CollectiveArgs a;
@@ -198,13 +190,23 @@ TEST(SelectorJson, DefaultTableParses) {
   for (const auto& r : s.rules()) EXPECT_FALSE(r.algorithm.empty());
 }
 
+// A fake algorithm for every name the built-in table uses, accepting every size except those in `refused`.
+AlgorithmCollection defaultTableAlgorithms(const std::vector<std::string>& refused) {
+  AlgorithmCollection algs;
+  const Selector table = Selector::fromJson(defaultSelectionTable());
+  for (const auto& r : table.rules()) {
+    if (algs.find(r.algorithm) != nullptr) continue;
+    const bool refuse = std::find(refused.begin(), refused.end(), r.algorithm) != refused.end();
+    algs.add(std::make_shared<FakeAlgorithm>(r.algorithm, r.collective, refuse ? 0 : SIZE_MAX));
+  }
+  return algs;
+}
+
 // The built-in allreduce crossovers (names only: fake algorithms that accept every size): one-shot LL up to
 // 128 KiB, up to 256 KiB on 2 and 4 ranks, two-shot LL up to 512 KiB, then rsag (zero-copy, listed before it,
-// is not registered here).
+// declines every call here).
 TEST(SelectorSelect, DefaultTableAllReduceCrossovers) {
-  AlgorithmCollection algs;
-  for (const char* name : {"allreduce_oneshot_ll", "allreduce_twoshot_ll", "allreduce_rsag"})
-    algs.add(std::make_shared<FakeAlgorithm>(name, Collective::AllReduce));
+  const AlgorithmCollection algs = defaultTableAlgorithms({"allreduce_zerocopy"});
   const Selector s = Selector::fromJson(defaultSelectionTable());
   auto pick = [&](size_t bytes, int n) {
     return s.select(allReduceArgs(bytes / 4), topo(n), algs).algorithm->name();
@@ -215,6 +217,12 @@ TEST(SelectorSelect, DefaultTableAllReduceCrossovers) {
     EXPECT_EQ(pick(512 << 10, n), "allreduce_twoshot_ll") << n;
     EXPECT_EQ(pick(1 << 20, n), "allreduce_rsag") << n;
   }
+}
+
+// Every rule of the built-in table names a built-in algorithm of its collective, so a Comm always resolves
+// it.
+TEST(SelectorSelect, DefaultTableResolvesAgainstTheBuiltinAlgorithms) {
+  EXPECT_NO_THROW(SelectionPlan(Selector::fromJson(defaultSelectionTable()), builtinAlgorithms(), {}));
 }
 
 TEST(SelectorSelect, FirstMatchingRuleBySize) {
@@ -247,15 +255,33 @@ TEST(SelectorSelect, MatchesWorldDtypeInPlaceCapturing) {
   EXPECT_EQ(s.select(inPlace, topo(8), algs).algorithm->name(), "mid");
 }
 
-TEST(SelectorSelect, SkipsMissingUnsupportedAndForeignRules) {
+TEST(SelectorSelect, SkipsRulesWhoseAlgorithmDeclines) {
   const AlgorithmCollection algs = threeAllReduces();
   const Selector s = Selector::fromJson(R"({"rules": [
-    {"collective": "allreduce", "algorithm": "not_registered"},
-    {"collective": "allreduce", "algorithm": "ag"},
     {"collective": "allreduce", "algorithm": "small"},
     {"collective": "allreduce", "algorithm": "large"}]})");
   EXPECT_EQ(s.select(allReduceArgs(16), topo(2), algs).algorithm->name(), "small");
   EXPECT_EQ(s.select(allReduceArgs(1 << 20), topo(2), algs).algorithm->name(), "large");
+}
+
+// A typo'd name, or the name of another collective's algorithm, fails when the table meets the collection,
+// naming the rule, the name and the collection's algorithms of the rule's collective.
+TEST(SelectorSelect, RejectsUnknownAndForeignAlgorithms) {
+  const AlgorithmCollection algs = threeAllReduces();
+  const Selector typo = Selector::fromJson(R"({"rules": [
+    {"collective": "allreduce", "algorithm": "small"},
+    {"collective": "allreduce", "algorithm": "lrage"}]})");
+  expectErrorContains([&] { SelectionPlan(typo, algs, {}); },
+                      {"selection table: rule 1", "field 'algorithm'", "unknown allreduce algorithm 'lrage'",
+                       "known allreduce algorithms: small, mid, large"});
+  expectErrorContains([&] { typo.select(allReduceArgs(4), topo(2), algs); }, {"rule 1", "'lrage'"});
+  const Selector foreign =
+      Selector::fromJson(R"({"rules": [{"collective": "allreduce", "algorithm": "ag"}]})");
+  expectErrorContains([&] { SelectionPlan(foreign, algs, {}); },
+                      {"rule 0", "'ag' is an algorithm of allgather, not of allreduce", "small, mid, large"});
+  const Selector none = Selector::fromJson(R"({"rules": [{"collective": "broadcast", "algorithm": "b"}]})");
+  expectErrorContains([&] { SelectionPlan(none, algs, {}); },
+                      {"rule 0", "'b'", "no broadcast algorithm is registered"});
 }
 
 TEST(SelectorSelect, FallsBackInRegistrationOrder) {
