@@ -29,7 +29,8 @@ class Connection {
   // Sets the 8-byte word at peer `dst`+dstOffset to `value` once every earlier write of this connection
   // has landed (the write-then-signal order a semaphore needs).
   virtual void updateAndSync(const RegisteredMemory& dst, uint64_t dstOffset, uint64_t value) = 0;
-  // Blocks until every earlier operation has completed at the destination; timeoutSec < 0: no limit.
+  // Blocks until every earlier operation has completed at the destination, for at most timeoutSec seconds
+  // (< 0: MESHCOMM_FLUSH_TIMEOUT); a timeout throws Error(Timeout) naming rank and peer.
   virtual void flush(double timeoutSec = -1) = 0;
   // Non-blocking: true when every earlier operation has completed.
   virtual bool poll() = 0;

@@ -9,7 +9,9 @@ namespace meshcomm {
 
 const std::vector<EnvVarInfo>& envRegistry() {
   static const std::vector<EnvVarInfo> registry = {
-      {"MESHCOMM_LOG_LEVEL", EnvType::String, "WARN", "Host log level: ERROR, WARN, INFO or DEBUG."},
+      {"MESHCOMM_LOG_LEVEL", EnvType::String, "WARN",
+       "Host log level: ERROR, WARN, INFO or DEBUG (any other value: building a Communicator fails naming "
+       "it)."},
       {"MESHCOMM_BOOTSTRAP_TIMEOUT", EnvType::Int, "120",
        "Seconds any blocking bootstrap operation (connect, send, recv, collectives) may take before it fails "
        "with an error naming rank, peer and operation."},
@@ -22,7 +24,10 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"MESHCOMM_SOCKET_IFNAME", EnvType::String, "",
        "Network interface whose IPv4 address a UniqueId advertises (default: first non-loopback, else lo)."},
       {"MESHCOMM_BOOTSTRAP_MAX_MESSAGE", EnvType::Int, "1073741824",
-       "Largest bootstrap message in bytes a rank accepts; longer length prefixes are rejected."},
+       "Largest bootstrap message in bytes a rank accepts, a positive integer (anything else fails naming "
+       "the "
+       "variable); a longer length prefix closes the sender's connection. The messages a peer has waiting "
+       "unreceived may add up to twice this many bytes (and 65536 messages)."},
       {"MESHCOMM_TRANSPORT", EnvType::String, "auto",
        "Transport for peer connections: auto (CUDA IPC on the same host, TCP otherwise) or tcp (forces TCP "
        "everywhere, to test the inter-node path on one host)."},
@@ -30,6 +35,10 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Milliseconds a device-side spin-wait may last before it records (rank, peer, operation) and gives "
        "up; "
        "0 disables the timeout."},
+      {"MESHCOMM_FLUSH_TIMEOUT", EnvType::Int, "120",
+       "Seconds Connection::flush() without an explicit timeout waits for the connection's earlier "
+       "operations "
+       "before it fails naming rank and peer (a positive number)."},
       {"MESHCOMM_FIFO_SIZE", EnvType::Int, "512", "Entries in each PortChannel FIFO (a power of two)."},
       {"MESHCOMM_TCP_CHUNK", EnvType::Int, "4194304",
        "Bytes of the pinned staging buffer used per TCP connection for device-memory transfers."},
@@ -46,7 +55,11 @@ const std::vector<EnvVarInfo>& envRegistry() {
       {"MESHCOMM_CHANNELS_PER_PEER", EnvType::Int, "128",
        "MemoryChannels (each with its own semaphore pair) the collectives build to every peer."},
       {"MESHCOMM_ALGO_TABLE", EnvType::String, "",
-       "Path of a JSON algorithm selection table (docs/collectives.md) used instead of the built-in one."},
+       "Path of a JSON algorithm selection table (docs/collectives.md) used instead of the built-in one; "
+       "every "
+       "rank must load the same table (checked at Comm creation) and every rule must name a registered "
+       "algorithm "
+       "of its collective."},
       {"MESHCOMM_ALGO", EnvType::String, "",
        "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "
        "forced algorithm that cannot run a call is an error."},

@@ -4,20 +4,28 @@
 
 #include <cstdio>
 #include <mutex>
+#include <optional>
 
 #include "meshcomm/env.hpp"
+#include "meshcomm/errors.hpp"
 
 namespace meshcomm {
 
 namespace {
+// MESHCOMM_LOG_LEVEL, or nothing for a value that names no level.
+std::optional<LogLevel> levelFromEnv() {
+  const std::string s = envString("MESHCOMM_LOG_LEVEL");
+  if (s == "ERROR") return LogLevel::ERROR;
+  if (s == "WARN") return LogLevel::WARN;
+  if (s == "INFO") return LogLevel::INFO;
+  if (s == "DEBUG") return LogLevel::DEBUG;
+  return std::nullopt;
+}
+
+// Logging itself never throws: an invalid value logs at WARN here and is refused by requireValidLogLevel(),
+// which every Communicator runs when it is built.
 LogLevel configuredLevel() {
-  static const LogLevel level = [] {
-    std::string s = envString("MESHCOMM_LOG_LEVEL");
-    if (s == "ERROR") return LogLevel::ERROR;
-    if (s == "INFO") return LogLevel::INFO;
-    if (s == "DEBUG") return LogLevel::DEBUG;
-    return LogLevel::WARN;
-  }();
+  static const LogLevel level = levelFromEnv().value_or(LogLevel::WARN);
   return level;
 }
 const char* levelName(LogLevel l) {
@@ -34,6 +42,13 @@ const char* levelName(LogLevel l) {
   return "?";
 }
 }  // namespace
+
+void requireValidLogLevel() {
+  if (!levelFromEnv()) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable MESHCOMM_LOG_LEVEL='",
+                   envString("MESHCOMM_LOG_LEVEL"), "' is not one of ERROR, WARN, INFO, DEBUG");
+  }
+}
 
 bool logEnabled(LogLevel level) {
   return static_cast<int>(level) <= static_cast<int>(configuredLevel());

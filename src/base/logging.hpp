@@ -9,6 +9,9 @@ namespace meshcomm {
 enum class LogLevel { ERROR = 0, WARN = 1, INFO = 2, DEBUG = 3 };
 
 bool logEnabled(LogLevel level);
+// Throws Error(InvalidUsage) when MESHCOMM_LOG_LEVEL names no level (every Communicator checks it when
+// built).
+void requireValidLogLevel();
 void logLine(LogLevel level, const std::string& text);
 
 }  // namespace meshcomm

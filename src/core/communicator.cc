@@ -83,9 +83,11 @@ uint64_t readDeviceTimeoutNs(int rank) {
   return static_cast<uint64_t>(ms) > maxMs ? UINT64_MAX : static_cast<uint64_t>(ms) * 1000000ull;
 }
 
+// The fd broker's fetch is bounded whatever MESHCOMM_BOOTSTRAP_TIMEOUT says (non-positive: its default).
 double readFetchTimeoutSec() {
-  int64_t s = envInt("MESHCOMM_BOOTSTRAP_TIMEOUT");
-  return s <= 0 ? -1.0 : static_cast<double>(s);
+  constexpr double kDefaultSec = 120;
+  const int64_t s = envInt("MESHCOMM_BOOTSTRAP_TIMEOUT");
+  return s <= 0 ? kDefaultSec : static_cast<double>(s);
 }
 
 const char* deviceOpName(uint32_t op) {
@@ -135,6 +137,7 @@ Communicator::Impl::Impl(std::shared_ptr<Bootstrap> bootstrapIn, int cudaDevice)
   if (rank < 0 || size <= 0 || rank >= size) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "Communicator: bootstrap reports rank ", rank, " of ", size);
   }
+  requireValidLogLevel();
   CudaDeviceGuard guard(device);
   errorReport_ = HostMappedBuffer(sizeof(DeviceErrorReport));
   MESHCOMM_LOG(INFO, who(), ": communicator on device ", device, " (", size, " ranks, transport ",

@@ -73,7 +73,8 @@ void CudaIpcConnection::retireTicketsUpTo(uint64_t completed) {
   }
 }
 
-void CudaIpcConnection::flush(double timeoutSec) {
+void CudaIpcConnection::flush(double requestedSec) {
+  const double timeoutSec = internal::flushTimeoutSec(requestedSec);
   const auto start = std::chrono::steady_clock::now();
   CudaDeviceGuard guard(device_);
   for (int round = 0;; ++round) {
@@ -81,8 +82,7 @@ void CudaIpcConnection::flush(double timeoutSec) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (queryStreamDone()) return;
     }
-    if (timeoutSec >= 0 &&
-        std::chrono::steady_clock::now() - start > std::chrono::duration<double>(timeoutSec)) {
+    if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(timeoutSec)) {
       MESHCOMM_THROW(ErrorCode::Timeout, "rank ", rank_, ": CudaIpc flush to peer ", peer_,
                      " timed out after ", timeoutSec, "s (copies still pending on device ", device_, ")");
     }

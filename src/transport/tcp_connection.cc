@@ -260,9 +260,10 @@ bool TcpConnection::flushCompleted(uint64_t ticket) {
   return ackedSeq_.load(std::memory_order_acquire) >= ticket;
 }
 
-void TcpConnection::flush(double timeoutSec) {
+void TcpConnection::flush(double requestedSec) {
+  const double timeoutSec = internal::flushTimeoutSec(requestedSec);
   const uint64_t ticket = requestFlush();
-  const net::Deadline deadline = net::Deadline::after(timeoutSec < 0 ? kIdleWaitSec : timeoutSec);
+  const net::Deadline deadline = net::Deadline::after(timeoutSec);
   std::lock_guard<std::mutex> lock(ackMutex_);
   while (true) {
     if (ackedSeq_.load(std::memory_order_acquire) >= ticket) return;

@@ -5,6 +5,7 @@
 #include "base/cu_driver.hpp"
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
+#include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
 #include "transport/range_check.hpp"
@@ -142,6 +143,13 @@ void checkTokenAlignment(const ConnectionLabel& c, const RegisteredMemory& dst, 
   MESHCOMM_REQUIRE(offset % 8 == 0, "rank ", c.rank, ": ", transportName(c.transport),
                    " updateAndSync to peer ", c.peer, ": offset ", offset, " in ", describe(dst),
                    " is not 8-byte aligned");
+}
+
+double flushTimeoutSec(double timeoutSec) {
+  if (timeoutSec >= 0) return timeoutSec;
+  const int64_t sec = envInt("MESHCOMM_FLUSH_TIMEOUT");
+  MESHCOMM_REQUIRE(sec > 0, "MESHCOMM_FLUSH_TIMEOUT=", sec, " must be a positive number of seconds");
+  return static_cast<double>(sec);
 }
 
 }  // namespace meshcomm::internal

@@ -30,6 +30,9 @@ class AsyncFlushConnection {
 // differs between ranks), believes it talks to another rank, or, for CUDA IPC, runs on another host.
 void exchangeHello(Communicator& comm, int peer, int tag, Transport transport);
 
+// The deadline of a flush called with `timeoutSec` (< 0: MESHCOMM_FLUSH_TIMEOUT, which must be positive).
+double flushTimeoutSec(double timeoutSec);
+
 // An owned non-blocking stream on one device (never the legacy stream, so it never serialises with user
 // work).
 class OwnedStream {
