@@ -11,13 +11,13 @@
 // hop. Larger worlds keep two-shot above 128 KiB: one-shot's traffic per rank grows with n - 1 (not measured
 // beyond 4 GPUs). allgather_ll and alltoall_ll up to 1 MiB (one LL packet per thread): 8.4-8.8 us at 1 MiB
 // vs 11.2-11.6 for the *_scratch engines on 4x H200, 6.5-6.6 vs 9.8-9.9 on 2 (meshcomm-tune and
-// bench/results/2026-11-22-h200x4-session14.md).
+// bench/results/2026-11-22-h200x4-ll-packet-per-thread.md).
 // gather_stream / scatter_stream (the collective as nccl-tests' strided group on sendrecv_ll's
 // kernels) where nccl-tests on the shim, which runs exactly that group, beat gather_ll/_scratch and
 // scatter_ll/_scratch under meshcomm-bench on 4x H200 (gather 1 MiB 5.8 vs 7.6 us, 4 MiB 11.5 vs
 // 12.2; scatter 1-64 KiB 3.2-3.5 vs 3.3-3.6) and, natively forced, on 2x H200 (gather 1 MiB
 // 5.1 vs 7.5 for gather_scratch, scatter 1 MiB 6.0 vs 6.7; gather 4 MiB 11.5 vs 11.0, so not there on 2).
-// bench/results/2026-11-22-h200x2-session16.md.
+// bench/results/2026-11-22-h200x2-gather-scatter-stream.md.
 #include "collectives/default_table.hpp"
 
 namespace meshcomm {

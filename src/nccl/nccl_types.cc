@@ -196,8 +196,9 @@ int scalableIdCreator(int id, int nRanks, int nIds) {
 namespace {
 
 // One launch of an algorithm: latency (us) and bandwidth of the traffic (GB/s = 1e3 bytes/us). Fitted to
-// meshcomm-bench on 4x H200 (bench/results/2026-11-22-h200x4-collectives-session10.json; allgather_ll and
-// alltoall_ll: 2026-11-22-h200x4-session14.md, one LL packet per thread; docs/nccl.md).
+// meshcomm-bench on 4x H200 (bench/results/2026-11-22-h200x4-collectives-ll-kernel-tails.json;
+// allgather_ll and alltoall_ll: 2026-11-22-h200x4-ll-packet-per-thread.md, one LL packet per thread;
+// docs/nccl.md).
 struct LaunchCost {
   const char* algorithm;
   Collective collective;
@@ -223,7 +224,8 @@ constexpr LaunchCost kLaunchCosts[] = {
     {"scatter_ll", Collective::Scatter, 3.5, 400, false},
     {"scatter_scratch", Collective::Scatter, 5.8, 350, true},
     // gather_stream / scatter_stream: the sizes the 4-rank table gives them (gather 1-4 MiB: 5.84, 11.94 us;
-    // scatter 1-64 KiB: 3.31-3.55 us, no bandwidth resolved), bench/results/2026-11-22-session19.md.
+    // scatter 1-64 KiB: 3.31-3.55 us, no bandwidth resolved),
+    // bench/results/2026-11-22-h200x4-nccl-shim-acceptance.md.
     {"gather_stream", Collective::Gather, 3.8, 387, false},
     {"scatter_stream", Collective::Scatter, 3.4, 400, false},
     {"alltoallv_ll", Collective::AllToAllv, 5.9, 241, true},

@@ -137,8 +137,8 @@ TEST(NcclShimTypes, ScalableIdCreatorsAreTheRanksNcclDocuments) {
 }
 
 // The model reproduces the 4x H200 measurements it was fitted to (bench/results/2026-11-22-h200x4-
-// collectives-session10.json, meshcomm-bench out of place; reduce_direct: -session12.json; allgather_ll and
-// alltoall_ll: 2026-11-22-h200x4-session14.md), falls back to the
+// collectives-ll-kernel-tails.json, meshcomm-bench out of place; reduce_direct: -reduce-direct.json;
+// allgather_ll and alltoall_ll: 2026-11-22-h200x4-ll-packet-per-thread.md), falls back to the
 // large-message algorithm of the collective for algorithms without measurements, and grows with the bytes.
 TEST(NcclShimTypes, LaunchEstimatesFollowTheMeasuredModel) {
   struct Row {
