@@ -443,11 +443,11 @@ IoStatus PolledConn::pumpOutput() {
 
 IoStatus PolledConn::pumpInput() {
   while (true) {
-    uint8_t probe;
+    uint8_t stray;
     bool unexpected = !expecting_ || inFill_ == inWant_;
     if (!unexpected && inFill_ == in_.size()) growInput();
     // With nothing expected, read one byte only to tell EOF (Closed) from a protocol violation.
-    void* dst = unexpected ? &probe : in_.data() + inFill_;
+    void* dst = unexpected ? &stray : in_.data() + inFill_;
     size_t want = unexpected ? 1 : in_.size() - inFill_;
     ssize_t n = ::recv(fd_.get(), dst, want, MSG_DONTWAIT);
     if (n == 0) return {IoResult::Closed, 0};
