@@ -43,6 +43,7 @@
 
 #include "meshcomm/core.hpp"
 #include "byte_size.hpp"
+#include "run_record.hpp"
 #include "tool_rank.hpp"
 #include "meshcomm/device.hpp"
 
@@ -57,6 +58,7 @@ constexpr int kMaxThreads = 1024;
 // ---------------------------------------------------------------------------------------------------------
 
 struct Options {
+  std::string command;  // the command line, for the JSON record
   uint64_t maxBytes = 256ull << 20;
   uint64_t minBytes = 1ull << 20;
   int iters = 30;
@@ -775,18 +777,22 @@ void Bench::print() const {
 void Bench::writeJson(const std::string& path) const {
   std::ofstream f(path);
   if (!f) MESHCOMM_THROW(ErrorCode::SystemError, "meshcomm-channel-bench: cannot write ", path);
-  auto num = [](double v) { return std::isnan(v) ? std::string("null") : detail::concat(v); };
-  f << "{\n  \"device\": \"" << prop_.name << "\",\n  \"sms\": " << sms_ << ",\n  \"iters\": " << opts_.iters
-    << ",\n  \"warmup\": " << opts_.warmup << ",\n  \"rows\": [\n";
-  for (size_t i = 0; i < rows_.size(); ++i) {
-    const Row& r = rows_[i];
-    f << "    {\"test\": \"" << r.test << "\", \"bytes\": " << r.bytes << ", \"time_us\": " << num(r.timeUs)
-      << ", \"gbps\": " << num(r.gbps) << ", \"ratio_vs_ce\": " << num(r.ratio) << ", \"check\": \""
-      << r.check << "\"}" << (i + 1 < rows_.size() ? "," : "") << "\n";
+  nlohmann::json j = tools::runRecord("meshcomm-channel-bench", prop_.name, comm_.size(), opts_.command);
+  j["sms"] = sms_;
+  j["iters"] = opts_.iters;
+  j["warmup"] = opts_.warmup;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const Row& r : rows_) {
+    rows.push_back({{"test", r.test},
+                    {"bytes", r.bytes},
+                    {"time_us", tools::numberOrNull(r.timeUs)},
+                    {"gbps", tools::numberOrNull(r.gbps)},
+                    {"ratio_vs_ce", tools::numberOrNull(r.ratio)},
+                    {"check", r.check}});
   }
-  f << "  ],\n  \"targets\": [";
-  for (size_t i = 0; i < targets_.size(); ++i) f << (i ? ", " : "") << "\"" << targets_[i] << "\"";
-  f << "]\n}\n";
+  j["rows"] = std::move(rows);
+  j["targets"] = targets_;
+  f << j.dump(1) << "\n";
 }
 
 }  // namespace
@@ -795,6 +801,7 @@ int main(int argc, char** argv) {
   Options opts;
   try {
     opts = parseArgs(argc, argv);
+    opts.command = tools::commandLine(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;

@@ -58,6 +58,7 @@
 #include "repeat_timing.hpp"
 #include "tool_rank.hpp"
 #include "nccl_loader.hpp"
+#include "run_record.hpp"
 
 using namespace meshcomm;
 using meshcomm::tools::NcclApi;
@@ -162,6 +163,7 @@ double busFactor(Op op, int n) {
 // ---------------------------------------------------------------------------------------------------------
 
 struct Options {
+  std::string command;  // the command line, for the JSON record
   std::vector<Op> ops = {Op::AllReduce};
   uint64_t minBytes = 8, maxBytes = 1ull << 30;
   double factor = 2;
@@ -1163,37 +1165,44 @@ class Bench {
     std::ofstream f(o_.json);
     if (!f) MESHCOMM_THROW(ErrorCode::SystemError, "meshcomm-bench: cannot write ", o_.json);
     cudaDeviceProp prop{};
-    cudaGetDeviceProperties(&prop, comm_.cudaDevice());
-    auto num = [](double v) { return std::isnan(v) ? std::string("null") : detail::concat(v); };
-    f << "{\n  \"tool\": \"meshcomm-bench\",\n  \"device\": \"" << prop.name << "\",\n  \"nranks\": " << n_
-      << ",\n  \"iters\": " << o_.iters << ",\n  \"warmup\": " << o_.warmup
-      << ",\n  \"graph_launches\": " << o_.graphLaunches
-      << ",\n  \"time\": \"average over ranks\",\n  \"nccl_version\": "
-      << (o_.compareNccl ? "\"" + nccl_.versionString() + "\"" : std::string("null")) << ",\n  \"rows\": [\n";
-    for (size_t i = 0; i < rows_.size(); ++i) {
-      const Row& r = rows_[i];
+    MESHCOMM_CUDA_CHECK(cudaGetDeviceProperties(&prop, comm_.cudaDevice()));
+    nlohmann::json j = tools::runRecord("meshcomm-bench", prop.name, n_, o_.command);
+    j["iters"] = o_.iters;
+    j["warmup"] = o_.warmup;
+    j["graph_launches"] = o_.graphLaunches;
+    j["time"] = "average over ranks";
+    j["nccl_version"] = o_.compareNccl ? nlohmann::json(nccl_.versionString()) : nlohmann::json(nullptr);
+    nlohmann::json rows = nlohmann::json::array();
+    for (const Row& r : rows_) {
       const double fac = busFactor(r.op, n_);
-      auto bw = [&](double us) {
-        return std::isnan(us) ? std::string("null") : detail::concat(algbw(r.size, us));
-      };
+      auto bw = [&](double us) { return tools::numberOrNull(std::isnan(us) ? us : algbw(r.size, us)); };
       auto bbw = [&](double us) {
-        return std::isnan(us) ? std::string("null") : detail::concat(algbw(r.size, us) * fac);
+        return tools::numberOrNull(std::isnan(us) ? us : algbw(r.size, us) * fac);
       };
-      auto wr = [](long long w) { return w < 0 ? std::string("null") : std::to_string(w); };
-      f << "    {\"op\": \"" << opName(r.op) << "\", \"size\": " << r.size << ", \"count\": " << r.count
-        << ", \"type\": \"" << dataTypeName(o_.dtype) << "\", \"redop\": \""
-        << (isReducing(r.op) ? reduceOpName(o_.redop) : "none") << "\", \"root\": " << r.root
-        << ", \"timing\": \"" << (r.graph ? "graph" : "eager") << "\", \"algo\": \"" << r.algo << "\""
-        << ", \"oop_time_us\": " << num(r.oopUs) << ", \"oop_algbw\": " << bw(r.oopUs)
-        << ", \"oop_busbw\": " << bbw(r.oopUs) << ", \"oop_wrong\": " << wr(r.oopWrong)
-        << ", \"ip_time_us\": " << num(r.ipUs) << ", \"ip_algbw\": " << bw(r.ipUs)
-        << ", \"ip_busbw\": " << bbw(r.ipUs) << ", \"ip_wrong\": " << wr(r.ipWrong)
-        << ", \"nccl_time_us\": " << num(r.ncclUs) << ", \"nccl_algbw\": " << bw(r.ncclUs)
-        << ", \"nccl_busbw\": " << bbw(r.ncclUs) << ", \"ratio\": "
-        << (std::isnan(r.ncclUs) ? std::string("null") : detail::concat(r.ncclUs / r.oopUs)) << "}"
-        << (i + 1 < rows_.size() ? "," : "") << "\n";
+      auto wrong = [](long long w) { return w < 0 ? nlohmann::json(nullptr) : nlohmann::json(w); };
+      rows.push_back({{"op", opName(r.op)},
+                      {"size", r.size},
+                      {"count", r.count},
+                      {"type", dataTypeName(o_.dtype)},
+                      {"redop", isReducing(r.op) ? reduceOpName(o_.redop) : "none"},
+                      {"root", r.root},
+                      {"timing", r.graph ? "graph" : "eager"},
+                      {"algo", r.algo},
+                      {"oop_time_us", tools::numberOrNull(r.oopUs)},
+                      {"oop_algbw", bw(r.oopUs)},
+                      {"oop_busbw", bbw(r.oopUs)},
+                      {"oop_wrong", wrong(r.oopWrong)},
+                      {"ip_time_us", tools::numberOrNull(r.ipUs)},
+                      {"ip_algbw", bw(r.ipUs)},
+                      {"ip_busbw", bbw(r.ipUs)},
+                      {"ip_wrong", wrong(r.ipWrong)},
+                      {"nccl_time_us", tools::numberOrNull(r.ncclUs)},
+                      {"nccl_algbw", bw(r.ncclUs)},
+                      {"nccl_busbw", bbw(r.ncclUs)},
+                      {"ratio", tools::numberOrNull(std::isnan(r.ncclUs) ? r.ncclUs : r.ncclUs / r.oopUs)}});
     }
-    f << "  ]\n}\n";
+    j["rows"] = std::move(rows);
+    f << j.dump(1) << "\n";
   }
 
   Comm& comm_;
@@ -1224,6 +1233,7 @@ int main(int argc, char** argv) {
   Options opts;
   try {
     opts = parseArgs(argc, argv);
+    opts.command = tools::commandLine(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "%s\n", e.what());
     return 2;
