@@ -14,5 +14,9 @@ if [ "$ngpu" -lt 2 ]; then
   echo "test.sh: $ngpu NVIDIA GPU(s) visible: the GPU tests (gpu_Nranks) need N GPUs and will show as skipped."
 fi
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"
+# ctest lists skipped tests without their output: print each skip's reason from the test log.
+awk '/^\[ RUN      \]/ { test = $4 }
+     /: Skipped$/ { getline why; print "ctest skip reason: " test ": " why }
+     /SKIPPED: / { sub(/^\[[0-9]+\] /, ""); print "ctest skip reason: " $0 }' "$build/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u || true
 # Python tests (docs/python.md) on this build's extension; the GPU ones print why they are skipped.
 PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -rs "$repo/tests/python"
