@@ -17,10 +17,10 @@ from run_metadata import run_metadata
 
 import meshcomm
 from meshcomm.dsl import programs
+from meshcomm.dsl.collectives import units
 
 BUSBW = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
          "reduce_scatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n}
-UNITS = {"allreduce": (1, 1), "allgather": (1, "R"), "reduce_scatter": ("R", 1), "alltoall": ("R", "R")}
 
 
 def slowest(comm, value, stream):
@@ -61,7 +61,7 @@ def main():
             alg = meshcomm.PlanAlgorithm.from_json(json.dumps(plan))
             comm.add_algorithm(alg)
             collective = plan["collective"]
-            iu, ou = (n if u == "R" else u for u in UNITS[collective])
+            iu, ou = units(collective, n)
             natives = [a for a in meshcomm.build_default_algorithms() if a.collective == alg.collective]
             size, first = args.min_bytes, True
             while size <= min(args.max_bytes, hi):

@@ -94,8 +94,9 @@ struct Plan {
 // chunks`.
 Plan parsePlan(std::string_view json);
 
-// parsePlan on the contents of a file; errors name the file.
-Plan loadPlan(const std::string& path);
+// parsePlan on the contents of a file (read once); errors name the file. With `hash`, also the document's
+// planHash.
+Plan loadPlan(const std::string& path, uint64_t* hash = nullptr);
 
 // A hash of the plan document's canonical JSON form (key order and whitespace do not change it), for the
 // ranks to check that they all load the same plan. Throws meshcomm::Error when the text is not JSON.

@@ -5,9 +5,7 @@
 #include "meshcomm/plan_algorithm.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 #include <vector>
 
 #include "collectives/algorithms/reduction_common.hpp"
@@ -29,25 +27,6 @@ struct PlanAlgorithm::Source {
   plan::Plan plan;
   uint64_t hash = 0;
 };
-
-namespace {
-
-// Units of n (elements per unit) in the input and output of each collective (docs/dsl.md, "Concepts").
-std::pair<uint64_t, uint64_t> unitsOf(const plan::Plan& p) {
-  const uint64_t r = static_cast<uint64_t>(p.numRanks);
-  switch (p.collective) {
-    case Collective::AllGather:
-      return {1, r};
-    case Collective::ReduceScatter:
-      return {r, 1};
-    case Collective::AllToAll:
-      return {r, r};
-    default:
-      return {1, 1};
-  }
-}
-
-}  // namespace
 
 struct PlanAlgorithm::State {
   bool initialized = false;
@@ -72,13 +51,8 @@ std::shared_ptr<PlanAlgorithm> PlanAlgorithm::fromJson(const std::string& text) 
 }
 
 std::shared_ptr<PlanAlgorithm> PlanAlgorithm::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  MESHCOMM_REQUIRE(in.good(), "plan file '", path, "': cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
   auto source = std::make_shared<Source>();
-  source->plan = plan::loadPlan(path);
-  source->hash = plan::planHash(text.str());
+  source->plan = plan::loadPlan(path, &source->hash);
   return std::make_shared<PlanAlgorithm>(source);
 }
 
@@ -227,7 +201,8 @@ std::string PlanAlgorithm::unsupportedReason(const CollectiveArgs& args, const C
   if (topo.nRanks != p.numRanks) return "the plan is for " + std::to_string(p.numRanks) + " ranks";
   const uint64_t elem = dataTypeSize(args.dtype);
   uint64_t bytes = 0;
-  if (__builtin_mul_overflow(static_cast<uint64_t>(args.count), unitsOf(p).first * elem, &bytes))
+  if (__builtin_mul_overflow(static_cast<uint64_t>(args.count), plan::collectiveUnits(p).first * elem,
+                             &bytes))
     return "the call's size overflows";
   if (bytes < p.minMessageSize || bytes > p.maxMessageSize)
     return "the plan runs " + std::to_string(p.minMessageSize) + " to " + std::to_string(p.maxMessageSize) +
@@ -269,7 +244,7 @@ void PlanAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,
                    ": plan ", p.name, ": nthreads_per_block ", threads, ": a multiple of 32 from 32 to ",
                    reduction::kMaxThreads);
   if (args.count == 0) return;
-  const auto [inUnits, outUnits] = unitsOf(p);
+  const auto [inUnits, outUnits] = plan::collectiveUnits(p);
   const uint32_t elemBytes = static_cast<uint32_t>(dataTypeSize(args.dtype));
   plan::PlanLaunch a{};
   a.view = v;

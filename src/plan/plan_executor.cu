@@ -186,8 +186,7 @@ struct Executor {
       for (int k = 0; k <= numSrcs; ++k) spans[k] = spanOf(a, me, chunk[k]);
       for (int p = 0; p < numPackets; ++p) packets[p] = packetsOf(a, me, packetRefs[p].index + i, ep.half);
       // The packet chunks only bound the count (c elements); the data chunks decide it.
-      const bool dataDst = refs[0].buffer != static_cast<uint8_t>(BufferKind::Scratch);
-      const uint64_t bytes = dataDst || numSrcs > 0 ? opBytes(spans, chunk, 1 + numSrcs) : spans[0].bytes;
+      const uint64_t bytes = opBytes(spans, chunk, 1 + numSrcs);
       if (!reduceInto(spans[0], spans + 1, numSrcs, packets, numPackets, bytes)) return false;
     }
     return true;

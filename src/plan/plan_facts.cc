@@ -23,25 +23,13 @@ const ChunkRef& remoteRef(const Op& op) {
   return op.kind == OpKind::Put ? op.dst : op.src;
 }
 
+// A scratch reference other than the op's packet side (put_packets' destination, unpack_packets' source,
+// reduce_packets' packets).
 bool usesScratchOutsidePackets(const Op& op) {
-  if (op.kind == OpKind::PutPackets || op.kind == OpKind::UnpackPackets || op.kind == OpKind::ReducePackets) {
-    if (op.kind == OpKind::UnpackPackets) return op.dst.buffer == BufferKind::Scratch;
-    if (op.kind == OpKind::ReducePackets) {
-      if (op.dst.buffer == BufferKind::Scratch) return true;
-      for (const auto& c : op.srcs)
-        if (c.buffer == BufferKind::Scratch) return true;
-      return false;
-    }
-    return op.src.buffer == BufferKind::Scratch;
-  }
-  if (op.kind == OpKind::Copy || op.kind == OpKind::Put || op.kind == OpKind::Get)
-    return op.src.buffer == BufferKind::Scratch || op.dst.buffer == BufferKind::Scratch;
-  if (op.kind == OpKind::Reduce) {
-    if (op.dst.buffer == BufferKind::Scratch) return true;
-    for (const auto& c : op.srcs)
-      if (c.buffer == BufferKind::Scratch) return true;
-  }
-  return false;
+  auto scratch = [](const ChunkRef& c) { return c.buffer == BufferKind::Scratch; };
+  const bool src = op.kind != OpKind::UnpackPackets && scratch(op.src);
+  const bool dst = op.kind != OpKind::PutPackets && scratch(op.dst);
+  return src || dst || std::any_of(op.srcs.begin(), op.srcs.end(), scratch);
 }
 
 void note(std::string& reason, const std::string& why) {
@@ -49,6 +37,20 @@ void note(std::string& reason, const std::string& why) {
 }
 
 }  // namespace
+
+std::pair<uint64_t, uint64_t> collectiveUnits(const Plan& p) {
+  const uint64_t r = static_cast<uint64_t>(p.numRanks);
+  switch (p.collective) {
+    case Collective::AllGather:
+      return {1, r};
+    case Collective::ReduceScatter:
+      return {r, 1};
+    case Collective::AllToAll:
+      return {r, r};
+    default:
+      return {1, 1};
+  }
+}
 
 PlanFacts analyzePlan(const Plan& p, int channelsPerPeer, int smCount, int maxThreads) {
   PlanFacts f;
@@ -58,11 +60,8 @@ PlanFacts analyzePlan(const Plan& p, int channelsPerPeer, int smCount, int maxTh
   if (p.inputChunks >= kMaxChunks || p.outputChunks >= kMaxChunks)
     note(f.reason, "more than 2^31 chunks in a buffer");
   // The executor's chunk geometry assumes the collective's buffer sizes: units x chunks_per_unit chunks.
-  const uint64_t r = static_cast<uint64_t>(p.numRanks);
-  const bool gathers = p.collective == Collective::AllGather || p.collective == Collective::AllToAll;
-  const bool scatters = p.collective == Collective::ReduceScatter || p.collective == Collective::AllToAll;
-  if (p.inputChunks != (scatters ? r : 1) * p.chunksPerUnit ||
-      p.outputChunks != (gathers ? r : 1) * p.chunksPerUnit)
+  const auto [inUnits, outUnits] = collectiveUnits(p);
+  if (p.inputChunks != inUnits * p.chunksPerUnit || p.outputChunks != outUnits * p.chunksPerUnit)
     note(f.reason, "input_chunks " + std::to_string(p.inputChunks) + " and output_chunks " +
                        std::to_string(p.outputChunks) + " are not the collective's units x chunks_per_unit");
   for (const RankPlan& rank : p.ranks) {
@@ -114,10 +113,7 @@ PlanFacts analyzePlan(const Plan& p, int channelsPerPeer, int smCount, int maxTh
                        std::to_string(smCount) + " multiprocessors (the blocks must be resident together)");
   if (f.maxScratchChunks >= kMaxChunks) note(f.reason, "more than 2^31 scratch chunks");
   if (p.protocol == Protocol::LL) {
-    const uint64_t units = p.collective == Collective::ReduceScatter || p.collective == Collective::AllToAll
-                               ? static_cast<uint64_t>(p.numRanks)
-                               : 1;
-    const uint64_t chunkBytes = (p.maxMessageSize / units + p.chunksPerUnit - 1) / p.chunksPerUnit + 16;
+    const uint64_t chunkBytes = (p.maxMessageSize / inUnits + p.chunksPerUnit - 1) / p.chunksPerUnit + 16;
     uint64_t region = 0;
     const uint64_t packets = reduction::packRegionBytes(reduction::packsOf(chunkBytes));
     if (chunkBytes > (1ull << 40) ||

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "meshcomm/plan.hpp"
 
@@ -20,6 +21,10 @@ struct PlanFacts {
   uint64_t packetChunkBytes = 0;    // LL: packet bytes of one scratch chunk at max_message_size
   uint64_t packetRegionBytes = 0;   // LL: both halves of maxScratchChunks chunks
 };
+
+// Units of n (elements per unit) in each rank's input and output (docs/dsl.md, "Concepts"): allreduce 1, 1;
+// allgather 1, R; reduce-scatter R, 1; alltoall R, R.
+std::pair<uint64_t, uint64_t> collectiveUnits(const Plan& plan);
 
 // channelsPerPeer, smCount, maxThreads: the communicator's channel grid, the GPU's multiprocessors (0:
 // unknown) and the executor's largest block.

@@ -172,10 +172,12 @@ Plan parsePlan(std::string_view text) {
   return plan;
 }
 
-Plan loadPlan(const std::string& path) {
+Plan loadPlan(const std::string& path, uint64_t* hash) {
   const std::string text = readFile(path);
   try {
-    return parsePlan(text);
+    Plan plan = parsePlan(text);
+    if (hash) *hash = planHash(text);
+    return plan;
   } catch (const Error& e) {
     throw Error(e.code(), "plan file '" + path + "': " + messageOf(e));
   }

@@ -21,7 +21,7 @@ class NoGilHolder {
   NoGilHolder& operator=(const NoGilHolder&) = default;
   NoGilHolder& operator=(NoGilHolder&&) noexcept = default;
   NoGilHolder(c10::intrusive_ptr<T> ptr) : ptr_(std::move(ptr)) {}  // NOLINT: implicit, as pybind11 needs
-  // pybind11 constructs a holder from a fresh object it owns (pybind11 issue 2957).
+  // pybind11 constructs a holder from a fresh object it owns (pybind11 GitHub #2957).
   explicit NoGilHolder(T* fresh) : ptr_(c10::intrusive_ptr<T>::unsafe_steal_from_new(fresh)) {}
   ~NoGilHolder() {
     if (!ptr_) return;

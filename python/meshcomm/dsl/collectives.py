@@ -4,6 +4,7 @@ Chunk counts are in units of ``n``, the elements one rank contributes per destin
 times ``chunks_per_rank`` (U) chunks per unit: allreduce input = output = 1 unit, allgather input 1 and output R,
 reduce-scatter input R and output 1, alltoall input = output = R units."""
 from dataclasses import dataclass
+from typing import Tuple
 
 from .errors import DslError
 
@@ -56,3 +57,13 @@ def ReduceScatter(num_ranks: int, chunks_per_rank: int = 1) -> CollectiveSpec:
 
 def AllToAll(num_ranks: int, chunks_per_rank: int = 1) -> CollectiveSpec:
     return CollectiveSpec("alltoall", num_ranks, chunks_per_rank, num_ranks, num_ranks)
+
+
+# The plan's "collective" name -> its spec factory.
+SPECS = {"allreduce": AllReduce, "allgather": AllGather, "reduce_scatter": ReduceScatter, "alltoall": AllToAll}
+
+
+def units(collective: str, num_ranks: int) -> Tuple[int, int]:
+    """Units of n in each rank's input and output for a plan's collective (the specs' definition)."""
+    spec = SPECS[collective](num_ranks)
+    return spec.input_units, spec.output_units

@@ -9,15 +9,11 @@ count. A plan that cannot finish raises DslError naming the blocked operations.
 from collections import defaultdict
 from typing import Callable, Dict, List, Tuple
 
+from .collectives import units
 from .errors import DslError
 
 REDUCERS: Dict[str, Callable[[int, int], int]] = {"sum": lambda a, b: a + b, "max": max, "min": min,
                                                    "prod": lambda a, b: a * b}
-UNITS = {"allreduce": (1, 1), "allgather": (1, "R"), "reduce_scatter": ("R", 1), "alltoall": ("R", "R")}
-
-
-def units(collective: str, num_ranks: int) -> Tuple[int, int]:
-    return tuple(num_ranks if u == "R" else u for u in UNITS[collective])
 
 
 class _Geometry:
