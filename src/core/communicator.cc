@@ -182,8 +182,12 @@ RegisteredMemory Communicator::Impl::registerMemory(void* ptr, size_t bytes,
 
 void Communicator::Impl::sendMemory(const RegisteredMemory& mem, int peer, int tag) {
   checkPeer(peer, "sendMemory");
-  MESHCOMM_REQUIRE(mem, who(), ": sendMemory to peer ", peer, " (tag ", tag, "): empty RegisteredMemory");
-  MESHCOMM_REQUIRE(tag >= 0, who(), ": sendMemory to peer ", peer, ": negative tag ", tag);
+  const std::string context = detail::concat(who(), ": sendMemory to peer ", peer, " (tag ", tag, ")");
+  MESHCOMM_REQUIRE(mem, context, ": empty RegisteredMemory");
+  MESHCOMM_REQUIRE(tag >= 0, context, ": negative tag");
+  MESHCOMM_REQUIRE(mem.isLocal(), context, ": memory id ", mem.id(), " belongs to rank ", mem.rank(),
+                   "; a rank sends only its own registrations");
+  registry->share(mem.id(), peer, context);  // from now on the peer may address it over TCP
   bootstrap->sendBytes(mem.impl()->serialize(), peer, tag);
 }
 
@@ -191,21 +195,17 @@ RegisteredMemory Communicator::Impl::recvMemory(int peer, int tag) {
   checkPeer(peer, "recvMemory");
   MESHCOMM_REQUIRE(tag >= 0, who(), ": recvMemory from peer ", peer, ": negative tag ", tag);
   const std::string context = detail::concat(who(), ": recvMemory from peer ", peer, " (tag ", tag, ")");
-  std::vector<char> bytes = bootstrap->recvBytes(peer, tag);
-  MemoryDescriptor d = MemoryDescriptor::fromBytes(bytes.data(), bytes.size(), context);
-  if (d.ownerRank >= size) {
-    MESHCOMM_THROW(ErrorCode::RemoteError, context, ": the memory's owner rank ", d.ownerRank,
-                   " is out of range [0, ", size, ")");
-  }
+  const MemoryDescriptor d = MemoryDescriptor::fromPeer(bootstrap->recvBytes(peer, tag), peer, context);
   const bool deviceMemory = d.memoryKind() != MemoryKind::Host;
-  const bool sameHost = d.hostId == hostId && d.hostId == bootstrap->hostId(d.ownerRank);
-  if (!deviceMemory || !sameHost || transportTo(d.ownerRank) != Transport::CudaIpc) {
+  const bool sameHost = d.hostId == hostId && d.hostId == bootstrap->hostId(peer);
+  if (!deviceMemory || !sameHost || transportTo(peer) != Transport::CudaIpc) {
     return RegisteredMemory(std::make_shared<RegisteredMemory::Impl>(d, nullptr, nullptr));
   }
   if (d.ownerPid == static_cast<uint64_t>(::getpid())) {
-    // Same process (e.g. one communicator per GPU in one process): the owner's pointer is valid here.
+    // Same process (e.g. one communicator per GPU in one process): the owner's own registration gives the
+    // address.
+    void* p = LocalRegistry::sameProcessAddress(d, rank, context);
     enablePeerAccess(device, d.deviceIndex, context);
-    void* p = reinterpret_cast<void*>(static_cast<uintptr_t>(d.ownerBase + d.offsetFromBase));
     return RegisteredMemory(std::make_shared<RegisteredMemory::Impl>(d, p, nullptr));
   }
   std::shared_ptr<const PeerMapping> mapping =

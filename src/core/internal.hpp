@@ -11,7 +11,7 @@
 
 namespace meshcomm::internal {
 
-// A live local registration, looked up by its id (TCP receivers resolve incoming writes with it).
+// A live local registration, looked up by its id.
 struct LocalMemoryView {
   void* ptr;
   size_t size;

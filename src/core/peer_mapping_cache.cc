@@ -45,6 +45,20 @@ std::string ownerText(const MemoryDescriptor& d) {
   throwCuResult(r, what.c_str());
 }
 
+// The descriptor's allocation size comes from the peer: it must not exceed what the handle mapped here, or
+// offsets checked against it could reach past the mapping. Unmaps `mapped` before throwing.
+void requireMappedSize(void* mapped, const MemoryDescriptor& d, const std::string& context) {
+  CUdeviceptr base = 0;
+  size_t bytes = 0;
+  const CUresult r = cuDriver().cuMemGetAddressRange(&base, &bytes, reinterpret_cast<CUdeviceptr>(mapped));
+  if (r == CUDA_SUCCESS && d.baseSize <= bytes) return;
+  (void)cudaIpcCloseMemHandle(mapped);
+  if (r != CUDA_SUCCESS) throwCu(r, detail::concat(context, ": cuMemGetAddressRange of ", ownerText(d)));
+  MESHCOMM_THROW(ErrorCode::RemoteError, context, ": rank ", d.ownerRank, " describes an allocation of ",
+                 d.baseSize, " bytes (memory id ", d.id, "), but its CUDA IPC handle maps ", bytes,
+                 " bytes here");
+}
+
 std::unique_ptr<PeerMapping> importCudaIpc(const MemoryDescriptor& d, int localDevice,
                                            const std::string& context) {
   CudaDeviceGuard guard(localDevice);
@@ -58,6 +72,7 @@ std::unique_ptr<PeerMapping> importCudaIpc(const MemoryDescriptor& d, int localD
                    "); peer access between the devices may be unavailable, or the processes may not share "
                    "CUDA IPC (containers); MESHCOMM_TRANSPORT=tcp avoids CUDA IPC");
   }
+  requireMappedSize(p, d, context);
   auto m = std::make_unique<PeerMapping>();
   m->type = PeerMapping::Type::CudaIpc;
   m->base = p;

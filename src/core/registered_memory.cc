@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "base/cu_driver.hpp"
@@ -13,6 +15,7 @@
 #include "core/registered_memory_impl.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
+#include "transport/range_check.hpp"
 
 namespace meshcomm {
 
@@ -58,6 +61,17 @@ MemoryDescriptor MemoryDescriptor::fromBytes(const void* data, size_t bytes, con
   return d;
 }
 
+MemoryDescriptor MemoryDescriptor::fromPeer(const std::vector<char>& bytes, int peer,
+                                            const std::string& context) {
+  MemoryDescriptor d = fromBytes(bytes.data(), bytes.size(), context);
+  if (d.ownerRank != peer) {
+    MESHCOMM_THROW(ErrorCode::RemoteError, context, ": the descriptor names rank ", d.ownerRank,
+                   " as the memory's owner, not the sending peer ", peer,
+                   " (a rank shares only its own registrations)");
+  }
+  return d;
+}
+
 void MemoryDescriptor::validate(const std::string& context) const {
   auto bad = [&](const std::string& what) {
     MESHCOMM_THROW(ErrorCode::RemoteError, context, ": invalid memory descriptor: ", what);
@@ -91,8 +105,44 @@ void MemoryDescriptor::validate(const std::string& context) const {
 
 // ---- LocalRegistry -----------------------------------------------------------------------------------
 
+namespace {
+
+std::atomic<uint64_t> nextRegistrationId{1};
+
+// Which registry holds each live registration of this process, so that a descriptor naming this process
+// resolves to its owner's registry. Lock order: this directory's mutex, then a registry's.
+class ProcessDirectory {
+ public:
+  static ProcessDirectory& instance() {
+    static ProcessDirectory* directory = new ProcessDirectory();  // never destroyed: used by static teardown
+    return *directory;
+  }
+  void insert(uint64_t id, const LocalRegistry* registry) {
+    std::lock_guard<std::mutex> lock(mu_);
+    owners_.emplace(id, registry);
+  }
+  void erase(uint64_t id) noexcept {
+    std::lock_guard<std::mutex> lock(mu_);
+    owners_.erase(id);
+  }
+  // Runs `use` on the registry of `id` (nullptr when none) while that registry cannot go away.
+  template <typename Fn>
+  auto withOwner(uint64_t id, Fn&& use) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = owners_.find(id);
+    return use(it == owners_.end() ? nullptr : it->second);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<uint64_t, const LocalRegistry*> owners_;
+};
+
+}  // namespace
+
 LocalRegistry::~LocalRegistry() {
   // Every registration holds the registry, so nothing is left here in normal operation; be safe anyway.
+  for (const auto& kv : live_) ProcessDirectory::instance().erase(kv.first);
   for (auto& kv : exports_) {
     FdBroker::instance().withdraw(kv.second.exportId);
     try {
@@ -103,27 +153,147 @@ LocalRegistry::~LocalRegistry() {
 }
 
 uint64_t LocalRegistry::add(const internal::LocalMemoryView& view) {
-  std::lock_guard<std::mutex> lock(mu_);
-  const uint64_t id = nextId_++;
-  live_.emplace(id, view);
+  const uint64_t id = nextRegistrationId.fetch_add(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_.emplace(id, Entry{view, {}, 0, false});
+  }
+  try {
+    ProcessDirectory::instance().insert(id, this);
+  } catch (...) {
+    remove(id);
+    throw;
+  }
   return id;
 }
 
 void LocalRegistry::remove(uint64_t id) noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  live_.erase(id);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto it = live_.find(id);
+    if (it == live_.end()) return;
+    it->second.revoked = true;
+    leaseEnded_.wait(lock, [&] {
+      auto e = live_.find(id);
+      return e == live_.end() || e->second.leases == 0;
+    });
+    live_.erase(id);
+  }
+  ProcessDirectory::instance().erase(id);
+}
+
+const LocalRegistry::Entry* LocalRegistry::liveEntry(uint64_t id) const {
+  auto it = live_.find(id);
+  if (it == live_.end() || it->second.revoked) return nullptr;
+  return &it->second;
 }
 
 std::optional<internal::LocalMemoryView> LocalRegistry::find(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end()) return std::nullopt;
-  return it->second;
+  const Entry* e = liveEntry(id);
+  if (e == nullptr) return std::nullopt;
+  return e->view;
 }
 
 size_t LocalRegistry::liveCount() const {
   std::lock_guard<std::mutex> lock(mu_);
   return live_.size();
+}
+
+void LocalRegistry::share(uint64_t id, int peer, const std::string& context) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(id);
+  if (it == live_.end() || it->second.revoked) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, context, ": memory id ", id,
+                   " is not a live registration of this communicator (rank ", rank_, ")");
+  }
+  std::vector<int>& peers = it->second.peers;
+  if (std::find(peers.begin(), peers.end(), peer) == peers.end()) peers.push_back(peer);
+}
+
+RegistrationLease LocalRegistry::lease(uint64_t id, int peer, uint64_t offset, uint64_t bytes,
+                                       const char* op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto refuse = [&](const auto&... why) {
+    MESHCOMM_THROW(ErrorCode::RemoteError, "rank ", rank_, ": ", op, " from peer ", peer, " into memory id ",
+                   id, " (range [", offset, ", +", bytes, " bytes)): ", why...);
+  };
+  const Entry* e = liveEntry(id);
+  if (e == nullptr) refuse("the id is not registered on this rank");
+  if (std::find(e->peers.begin(), e->peers.end(), peer) == e->peers.end()) {
+    refuse("this rank never sent that memory to peer ", peer);
+  }
+  if (!internal::rangeWithin(offset, bytes, e->view.size)) {
+    refuse("the range exceeds the registration's ", e->view.size, " bytes");
+  }
+  ++live_.at(id).leases;
+  return RegistrationLease(this, id, peer, op, static_cast<char*>(e->view.ptr) + offset, e->view.kind);
+}
+
+void LocalRegistry::endLease(uint64_t id) noexcept {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = live_.find(id);
+    if (it != live_.end() && it->second.leases > 0) --it->second.leases;
+  }
+  leaseEnded_.notify_all();
+}
+
+bool LocalRegistry::isRevoked(uint64_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(id);
+  return it == live_.end() || it->second.revoked;
+}
+
+std::optional<internal::LocalMemoryView> LocalRegistry::matching(const MemoryDescriptor& d,
+                                                                 int receiver) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const Entry* e = liveEntry(d.id);
+  if (e == nullptr || rank_ != d.ownerRank || e->view.size != d.size || e->view.kind != d.memoryKind()) {
+    return std::nullopt;
+  }
+  if (std::find(e->peers.begin(), e->peers.end(), receiver) == e->peers.end()) return std::nullopt;
+  return e->view;
+}
+
+void* LocalRegistry::sameProcessAddress(const MemoryDescriptor& d, int receiver, const std::string& context) {
+  std::optional<internal::LocalMemoryView> view =
+      ProcessDirectory::instance().withOwner(d.id, [&](const LocalRegistry* owner) {
+        return owner == nullptr ? std::nullopt : owner->matching(d, receiver);
+      });
+  if (!view) {
+    MESHCOMM_THROW(ErrorCode::RemoteError, context, ": the descriptor names this process, but no live ",
+                   memoryKindName(d.memoryKind()), " registration of rank ", d.ownerRank, " here has id ",
+                   d.id, " and ", d.size, " bytes and was sent to rank ", receiver);
+  }
+  return view->ptr;
+}
+
+// ---- RegistrationLease -------------------------------------------------------------------------------
+
+RegistrationLease::RegistrationLease(RegistrationLease&& other) noexcept
+    : registry_(other.registry_),
+      id_(other.id_),
+      peer_(other.peer_),
+      op_(other.op_),
+      target_(other.target_),
+      kind_(other.kind_) {
+  other.registry_ = nullptr;
+}
+
+RegistrationLease::~RegistrationLease() {
+  if (registry_ != nullptr) registry_->endLease(id_);
+}
+
+bool RegistrationLease::revoked() const {
+  return registry_ == nullptr || registry_->isRevoked(id_);
+}
+
+void RegistrationLease::throwIfRevoked() const {
+  if (!revoked()) return;
+  MESHCOMM_THROW(ErrorCode::RemoteError, "rank ", registry_ ? registry_->rank() : -1, ": ", op_,
+                 " from peer ", peer_, " into memory id ", id_,
+                 ": the memory was deregistered during the transfer; the rest is not written");
 }
 
 uint64_t LocalRegistry::acquireExport(unsigned long long handle, const std::string& context) {

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -51,6 +52,9 @@ struct MemoryDescriptor {
   std::vector<char> toBytes() const;
   // Parses and validates `bytes` bytes; throws Error(RemoteError) whose text starts with `context`.
   static MemoryDescriptor fromBytes(const void* data, size_t bytes, const std::string& context);
+  // fromBytes for a descriptor received from `peer`, which must be its owner (a rank shares only its own
+  // registrations).
+  static MemoryDescriptor fromPeer(const std::vector<char>& bytes, int peer, const std::string& context);
   // The checks of fromBytes on an already-typed descriptor.
   void validate(const std::string& context) const;
   MemoryKind memoryKind() const { return static_cast<MemoryKind>(kind); }
@@ -61,9 +65,43 @@ static_assert(sizeof(MemoryDescriptor) == 224, "MemoryDescriptor layout changed:
 
 const char* memoryKindName(MemoryKind kind);
 
-// The live local registrations of one communicator, and the cuMem exports they share. Held by the
-// communicator and by every local RegisteredMemory::Impl (so a registration may outlive its communicator).
-// Thread-safe.
+class LocalRegistry;
+
+// Holds one live registration for the duration of an incoming transfer (a TCP receiver's write or update):
+// deregistering the memory waits until every lease on it has ended, so the memory stays valid while the
+// lease writes into it. A deregistration that starts meanwhile revokes the lease; its holder stops at the
+// next chunk (throwIfRevoked). Move-only; the registry must outlive it.
+class RegistrationLease {
+ public:
+  RegistrationLease(LocalRegistry* registry, uint64_t id, int peer, const char* op, char* target,
+                    MemoryKind kind)
+      : registry_(registry), id_(id), peer_(peer), op_(op), target_(target), kind_(kind) {}
+  ~RegistrationLease();
+  RegistrationLease(RegistrationLease&& other) noexcept;
+  RegistrationLease& operator=(RegistrationLease&&) = delete;
+  RegistrationLease(const RegistrationLease&) = delete;
+  RegistrationLease& operator=(const RegistrationLease&) = delete;
+
+  // The leased range's first byte, in this process's address space.
+  char* target() const { return target_; }
+  MemoryKind kind() const { return kind_; }
+  // True once a deregistration of the memory has started.
+  bool revoked() const;
+  // Throws Error(RemoteError) naming rank, peer, operation and memory id once revoked() is true.
+  void throwIfRevoked() const;
+
+ private:
+  LocalRegistry* registry_;
+  uint64_t id_;
+  int peer_;
+  const char* op_;
+  char* target_;
+  MemoryKind kind_;
+};
+
+// The live local registrations of one communicator, the peers each was sent to, and the cuMem exports they
+// share. Held by the communicator and by every local RegisteredMemory::Impl (so a registration may outlive
+// its communicator). Registration ids are unique within the process. Thread-safe.
 class LocalRegistry {
  public:
   explicit LocalRegistry(int rank) : rank_(rank) {}
@@ -72,11 +110,24 @@ class LocalRegistry {
   LocalRegistry& operator=(const LocalRegistry&) = delete;
 
   int rank() const { return rank_; }
-  // Adds a registration and returns its id (> 0, never reused).
+  // Adds a registration and returns its id (> 0, never reused in this process).
   uint64_t add(const internal::LocalMemoryView& view);
+  // Deregisters `id`: new leases fail at once, and the call returns once every lease on it has ended.
   void remove(uint64_t id) noexcept;
   std::optional<internal::LocalMemoryView> find(uint64_t id) const;
   size_t liveCount() const;
+
+  // Records that `id` was sent to `peer` (sendMemory); throws InvalidUsage naming `context` when `id` is not
+  // a live registration of this registry.
+  void share(uint64_t id, int peer, const std::string& context);
+  // The range [offset, offset+bytes) of registration `id` for an incoming `op` (e.g. "write") from `peer`.
+  // Throws Error(RemoteError) naming rank, peer, op, id and range when `id` is not live here, was never sent
+  // to `peer`, or the range does not fit (overflow-safe).
+  RegistrationLease lease(uint64_t id, int peer, uint64_t offset, uint64_t bytes, const char* op);
+  // The address in this process of the registration `d` describes, owned by a communicator of this process
+  // and sent to `receiver`; taken from the owner's registry, never from the descriptor's pointers. Throws
+  // Error(RemoteError) starting with `context` when no live registration of this process matches.
+  static void* sameProcessAddress(const MemoryDescriptor& d, int receiver, const std::string& context);
 
   // cuMem exports, one per allocation handle, refcounted by registrations. acquireExport takes over one
   // retain of `handle` (from cuMemRetainAllocationHandle) in every case, also when it throws: the first
@@ -90,14 +141,28 @@ class LocalRegistry {
   size_t exportCount() const;
 
  private:
+  friend class RegistrationLease;
+  struct Entry {
+    internal::LocalMemoryView view;
+    std::vector<int> peers;  // the ranks it was sent to
+    size_t leases = 0;       // transfers into it in flight
+    bool revoked = false;    // being deregistered
+  };
   struct Export {
     uint64_t exportId;
     size_t refs;
   };
+  // The entry of a live registration that is not being deregistered, or nullptr (requires mu_).
+  const Entry* liveEntry(uint64_t id) const;
+  // The entry `d` describes if it is live and was sent to `receiver`, else nullptr (takes mu_).
+  std::optional<internal::LocalMemoryView> matching(const MemoryDescriptor& d, int receiver) const;
+  void endLease(uint64_t id) noexcept;
+  bool isRevoked(uint64_t id) const;
+
   const int rank_;
   mutable std::mutex mu_;
-  uint64_t nextId_ = 1;
-  std::unordered_map<uint64_t, internal::LocalMemoryView> live_;
+  std::condition_variable leaseEnded_;
+  std::unordered_map<uint64_t, Entry> live_;
   std::unordered_map<unsigned long long, Export> exports_;
 };
 

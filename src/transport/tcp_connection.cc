@@ -39,6 +39,19 @@ double tcpTimeoutSec() {
   return static_cast<double>(sec);
 }
 
+// Waits for a stream when leaving its scope, also on an exception: work queued on the stream into a leased
+// registration completes before the lease (declared earlier) ends.
+class StreamDrain {
+ public:
+  explicit StreamDrain(cudaStream_t stream) : stream_(stream) {}
+  ~StreamDrain() { (void)cudaStreamSynchronize(stream_); }
+  StreamDrain(const StreamDrain&) = delete;
+  StreamDrain& operator=(const StreamDrain&) = delete;
+
+ private:
+  cudaStream_t stream_;
+};
+
 // Logging from a catch handler of a noexcept function must not throw again.
 void logErrorQuietly(const std::string& text) noexcept {
   try {
@@ -350,62 +363,60 @@ void TcpConnection::serveRequests() {
   }
 }
 
-void* TcpConnection::resolveTarget(const tcpwire::Header& h, uint64_t bytes, MemoryKind* kind) {
-  std::optional<internal::LocalMemoryView> view = registry_->find(h.memoryId);
-  if (!view) {
-    MESHCOMM_THROW(ErrorCode::RemoteError, where(), ": the peer's ", tcpwire::opName(h.op),
-                   " addresses memory id ", h.memoryId, " (range [", h.offset, ", +", bytes,
-                   " bytes)), which is not registered on this rank; closing the connection");
-  }
-  if (!internal::rangeWithin(h.offset, bytes, view->size)) {
-    MESHCOMM_THROW(ErrorCode::RemoteError, where(), ": the peer's ", tcpwire::opName(h.op), " range [",
-                   h.offset, ", +", bytes, " bytes) exceeds memory id ", h.memoryId, " (", view->size,
-                   " bytes); closing the connection");
-  }
-  *kind = view->kind;
-  return static_cast<char*>(view->ptr) + h.offset;
+RegistrationLease TcpConnection::leaseTarget(const tcpwire::Header& h, uint64_t bytes) {
+  return registry_->lease(h.memoryId, peer_, h.offset, bytes, tcpwire::opName(h.op));
 }
 
-void TcpConnection::receiveWrite(const tcpwire::Header& h) {
-  const uint64_t bytes = h.value;
-  MemoryKind kind{};
-  char* dst = static_cast<char*>(resolveTarget(h, bytes, &kind));
-  const size_t slotBytes = recvStaging_.slotBytes();
-  if (kind == MemoryKind::Host) {
-    for (uint64_t done = 0; done < bytes;) {
-      const size_t n = static_cast<size_t>(std::min<uint64_t>(slotBytes, bytes - done));
-      recvBytes(dst + done, n, "write payload");
-      done += n;
-    }
-    return;
+void TcpConnection::receiveHostPayload(const RegistrationLease& target, uint64_t bytes) {
+  const size_t piece = recvStaging_.slotBytes();
+  for (uint64_t done = 0; done < bytes;) {
+    target.throwIfRevoked();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(piece, bytes - done));
+    recvBytes(target.target() + done, n, "write payload");
+    done += n;
   }
+}
+
+void TcpConnection::receiveDevicePayload(const RegistrationLease& target, uint64_t bytes) {
+  const size_t slotBytes = recvStaging_.slotBytes();
   uint64_t done = 0;
   for (uint64_t k = 0; done < bytes; ++k) {
+    target.throwIfRevoked();
     const size_t n = static_cast<size_t>(std::min<uint64_t>(slotBytes, bytes - done));
     MESHCOMM_CUDA_CHECK(cudaEventSynchronize(recvStaging_.event(k)));  // the slot's previous copy is done
     recvBytes(recvStaging_.slot(k), n, "write payload");
-    MESHCOMM_CUDA_CHECK(
-        cudaMemcpyAsync(dst + done, recvStaging_.slot(k), n, cudaMemcpyHostToDevice, recvStream_.get()));
+    MESHCOMM_CUDA_CHECK(cudaMemcpyAsync(target.target() + done, recvStaging_.slot(k), n,
+                                        cudaMemcpyHostToDevice, recvStream_.get()));
     MESHCOMM_CUDA_CHECK(cudaEventRecord(recvStaging_.event(k), recvStream_.get()));
     done += n;
   }
 }
 
+void TcpConnection::receiveWrite(const tcpwire::Header& h) {
+  const RegistrationLease target = leaseTarget(h, h.value);
+  const StreamDrain drain(recvStream_.get());  // copies into the target land before the lease ends
+  if (target.kind() == MemoryKind::Host) {
+    receiveHostPayload(target, h.value);
+  } else {
+    receiveDevicePayload(target, h.value);
+  }
+}
+
 void TcpConnection::applyUpdate(const tcpwire::Header& h) {
-  MemoryKind kind{};
-  char* target = static_cast<char*>(resolveTarget(h, sizeof(uint64_t), &kind));
-  if (reinterpret_cast<uintptr_t>(target) % 8 != 0) {
+  const RegistrationLease target = leaseTarget(h, sizeof(uint64_t));
+  const StreamDrain drain(recvStream_.get());  // the stream's write of the value lands before the lease ends
+  if (reinterpret_cast<uintptr_t>(target.target()) % 8 != 0) {
     MESHCOMM_THROW(ErrorCode::RemoteError, where(), ": the peer's update of memory id ", h.memoryId,
                    " offset ", h.offset, " is not 8-byte aligned; closing the connection");
   }
-  if (kind == MemoryKind::Host) {
+  if (target.kind() == MemoryKind::Host) {
     // Earlier writes may still be copying on the stream: let them land first.
     MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(recvStream_.get()));
-    __atomic_store_n(reinterpret_cast<uint64_t*>(target), h.value, __ATOMIC_RELEASE);
+    __atomic_store_n(reinterpret_cast<uint64_t*>(target.target()), h.value, __ATOMIC_RELEASE);
     return;
   }
   // Same stream as the data, default flags: lands after every earlier copy, behind a fence.
-  MESHCOMM_CU(cuStreamWriteValue64, recvStream_.get(), reinterpret_cast<CUdeviceptr>(target),
+  MESHCOMM_CU(cuStreamWriteValue64, recvStream_.get(), reinterpret_cast<CUdeviceptr>(target.target()),
               static_cast<cuuint64_t>(h.value), CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 

@@ -5,11 +5,13 @@
 //
 // Sender (write/updateAndSync/flush, normally the proxy thread): device-memory payloads are staged through a
 // pinned buffer, chunk by chunk, double-buffered (copy of chunk k+1 overlaps the send of chunk k).
-// Receiver thread: checks every header against this rank's live registrations (the LocalRegistry behind
-// internal::findLocalMemory) before touching memory; receives device-bound payloads into a pinned buffer
-// and copies them on its own stream; updates go on the same stream after the data; a flush synchronises
-// that stream, then acks. Any protocol or range violation closes both sockets, so the peer's next operation
-// or flush fails.
+// Receiver thread: checks every header against this rank's live registrations before touching memory: the
+// id must be registered here and sent to this peer (sendMemory), the range inside it. It leases the
+// registration for the transfer (deregistering waits for the lease, and revokes it at the next chunk);
+// receives device-bound payloads into a pinned buffer and copies them on its own stream; updates go on the
+// same stream after the data; the stream is drained before the lease ends; a flush synchronises that
+// stream, then acks. Any protocol or range violation closes both sockets, so the peer's next operation or
+// flush fails.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -87,10 +89,13 @@ class TcpConnection final : public Connection, public internal::AsyncFlushConnec
   void receiverMain() noexcept;
   void serveRequests();
   void receiveWrite(const tcpwire::Header& h);
+  void receiveHostPayload(const RegistrationLease& target, uint64_t bytes);
+  void receiveDevicePayload(const RegistrationLease& target, uint64_t bytes);
   void applyUpdate(const tcpwire::Header& h);
   void answerFlush(const tcpwire::Header& h);
-  // The local registration an incoming header addresses; throws (RemoteError) if the id or range is invalid.
-  void* resolveTarget(const tcpwire::Header& h, uint64_t bytes, MemoryKind* kind);
+  // Holds the local registration an incoming header addresses for the transfer; throws (RemoteError) if the
+  // id is not live here, was never sent to this peer, or the range does not fit.
+  RegistrationLease leaseTarget(const tcpwire::Header& h, uint64_t bytes);
   void recvBytes(char* data, size_t bytes, const char* what);
 
   // ---- failure ----
