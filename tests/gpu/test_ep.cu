@@ -225,14 +225,15 @@ TEST_F(Ep, DispatchAndCombineMatchTheHostReference) {
   c.checkError();
 }
 
-// The low-latency kernel's FP8 cast of one token on the host (scale 448 / amax per 128 channels, saturating).
+// The low-latency kernel's FP8 cast of one token on the host (scale 448 / amax per 128 channels, saturating;
+// the inverse scale as amax * (1 / 448), DeepEP's arithmetic, so the bits match).
 void castRowToFp8(const __nv_bfloat16* x, int hidden, uint8_t* q, float* scaleInv) {
   for (int g = 0; g < hidden / 128; ++g) {
     float amax = 0.0f;
     for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(__bfloat162float(x[g * 128 + i])));
     amax = std::max(amax, 1e-4f);
     const float scale = 448.0f / amax;
-    scaleInv[g] = amax / 448.0f;
+    scaleInv[g] = amax * (1.0f / 448.0f);
     for (int i = 0; i < 128; i += 2) {
       const __nv_fp8x2_storage_t pair = __nv_cvt_float2_to_fp8x2(
           make_float2(__bfloat162float(x[g * 128 + i]) * scale, __bfloat162float(x[g * 128 + i + 1]) * scale),
