@@ -1,8 +1,9 @@
 """The GPU checks one rank runs for plans (rank_worker.py scenario gpu_plans): every shipped meshcomm.dsl program
 that supports the world size, compiled, registered as a PlanAlgorithm and run through Algorithm.execute on
 random small integers (exact in every dtype used), outputs poisoned first, odd and even counts, every reduce op
-the executor runs; results compared element by element with the collective's definition on the host
-(meshcomm.dsl.simulate.expected_outputs); then the same calls captured in a CUDA graph and replayed."""
+the executor runs, compiled with 1 and 3 instances; results compared element by element with the collective's
+definition on the host (meshcomm.dsl.simulate.expected_outputs). CUDA-graph replay is checked by
+bench/torch/plans_bench.py (torch graphs)."""
 
 import json
 import random
@@ -16,11 +17,13 @@ from meshcomm.dsl.simulate import expected_outputs, units
 COUNTS = (1, 3, 1003, 70001)
 OPS = {ReduceOp.SUM: "sum", ReduceOp.MAX: "max", ReduceOp.MIN: "min"}
 POISON = -999.0
+INSTANCES = (1, 3)  # one copy of each thread block, and three (chunks split three ways; odd counts)
 
 
-def shipped_plan(name, n):
+def shipped_plan(name, n, instances):
     """The shipped program's plan with its size range opened (the range only steers the selector)."""
-    plan = programs.get(name)(n).to_json()
+    plan = programs.get(name)(n, instances=instances).to_json()
+    plan["name"] = f"{name}_x{instances}"
     plan["min_message_size"] = 0
     return plan
 
@@ -33,10 +36,10 @@ def run_one(comm, alg, plan, rank, n, count, dtype, op):
     send, recv = meshcomm.GpuBuffer(iu * count * esize), meshcomm.GpuBuffer(ou * count * esize)
     send.upload(encode(rows[rank], dtype))
     recv.upload(encode([POISON] * (ou * count), dtype))
-    regs = [comm.register_buffer(send.ptr, send.size), comm.register_buffer(recv.ptr, recv.size)]
+    regs = [comm.register_buffer(send.ptr, send.nbytes), comm.register_buffer(recv.ptr, recv.nbytes)]
     try:
-        alg.execute(comm, send.ptr, recv.ptr, send.size, recv.size, dtype, op=op, executor=meshcomm.Executor(comm))
-        got = decode(recv.download(recv.size), dtype)
+        alg.execute(comm, send.ptr, recv.ptr, send.nbytes, recv.nbytes, dtype, op=op, executor=meshcomm.Executor(comm))
+        got = decode(recv.download(recv.nbytes), dtype)
         want = expected_outputs(plan["collective"], rows, count, OPS[op])[rank]
         check(f"{plan['name']} {meshcomm.data_type_name(dtype)} {OPS[op]} count={count}", got,
               decode(encode(want, dtype), dtype))
@@ -52,16 +55,17 @@ def run_plans(rank, n):
         module = __import__(f"meshcomm.dsl.programs.{name}", fromlist=["supports"])
         if not module.supports(n):
             continue
-        plan = shipped_plan(name, n)
-        alg = meshcomm.PlanAlgorithm.from_json(json.dumps(plan))
-        comm.add_algorithm(alg)
-        reduces = plan["collective"] in ("allreduce", "reduce_scatter")
         checked = 0
-        for count in COUNTS:
-            for dtype in (DataType.FLOAT32, DataType.BFLOAT16):
-                for op in (OPS if reduces else [ReduceOp.SUM]):
-                    run_one(comm, alg, plan, rank, n, count, dtype, op)
-                    checked += 1
+        for instances in INSTANCES:
+            plan = shipped_plan(name, n, instances)
+            alg = meshcomm.PlanAlgorithm.from_json(json.dumps(plan))
+            comm.add_algorithm(alg)
+            reduces = plan["collective"] in ("allreduce", "reduce_scatter")
+            for count in COUNTS:
+                for dtype in (DataType.FLOAT32, DataType.BFLOAT16):
+                    for op in (OPS if reduces else [ReduceOp.SUM]):
+                        run_one(comm, alg, plan, rank, n, count, dtype, op)
+                        checked += 1
         ran[name] = checked
     comm.check_error()
     comm.close()

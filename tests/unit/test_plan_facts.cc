@@ -19,7 +19,7 @@ Plan golden(const std::string& name) {
 
 TEST(PlanFacts, TheShippedPlansRunOnAFourRankCommunicator) {
   for (const char* name :
-       {"allreduce_oneshot_ll", "allreduce_twoshot", "allreduce_ring", "allgather_fullmesh",
+       {"allreduce_allpairs_ll", "allreduce_twoshot", "allreduce_ring", "allgather_fullmesh",
         "reduce_scatter_fullmesh", "alltoall_fullmesh", "allreduce_hierarchical"}) {
     const PlanFacts f = analyzePlan(golden(name), 8, 132, 512);
     EXPECT_EQ(f.reason, "") << name;
@@ -28,7 +28,7 @@ TEST(PlanFacts, TheShippedPlansRunOnAFourRankCommunicator) {
 }
 
 TEST(PlanFacts, WhatEachPlanReaches) {
-  const PlanFacts ll = analyzePlan(golden("allreduce_oneshot_ll"), 8, 132, 512);
+  const PlanFacts ll = analyzePlan(golden("allreduce_allpairs_ll"), 8, 132, 512);
   EXPECT_FALSE(ll.reachesPeerBuffers);
   EXPECT_FALSE(ll.writesPeerScratch);
   EXPECT_TRUE(ll.reduces);
@@ -61,7 +61,7 @@ TEST(PlanFacts, ACommunicatorWithoutTheResourcesIsNamed) {
 }
 
 TEST(PlanFacts, AnLLPlanWithoutABoundedSizeIsRefused) {
-  Plan ll = golden("allreduce_oneshot_ll");
+  Plan ll = golden("allreduce_allpairs_ll");
   ll.maxMessageSize = 1ull << 62;
   EXPECT_NE(analyzePlan(ll, 8, 132, 512).reason.find("overflows"), std::string::npos);
 }

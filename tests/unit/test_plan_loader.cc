@@ -41,7 +41,7 @@ json oneShotRank(int r) {
 json minimalPlan() {
   return {{"format", "meshcomm.plan"},
           {"version", 1},
-          {"name", "allreduce_oneshot_ll"},
+          {"name", "allreduce_allpairs_ll"},
           {"collective", "allreduce"},
           {"num_ranks", 2},
           {"protocol", "LL"},
@@ -133,7 +133,7 @@ std::string writeTemp(const std::string& name, const std::string& text) {
 
 TEST(PlanLoader, MinimalPlanParsesEveryField) {
   const Plan plan = parsePlan(minimalPlan().dump());
-  EXPECT_EQ(plan.name, "allreduce_oneshot_ll");
+  EXPECT_EQ(plan.name, "allreduce_allpairs_ll");
   EXPECT_EQ(plan.collective, Collective::AllReduce);
   EXPECT_EQ(plan.numRanks, 2);
   EXPECT_EQ(plan.protocol, Protocol::LL);
@@ -651,7 +651,7 @@ TEST(PlanHash, RejectsInvalidJson) {
 TEST(PlanFile, LoadsPlan) {
   const std::string path = writeTemp("meshcomm_plan_ok.json", minimalPlan().dump(2));
   const Plan plan = loadPlan(path);
-  EXPECT_EQ(plan.name, "allreduce_oneshot_ll");
+  EXPECT_EQ(plan.name, "allreduce_allpairs_ll");
   EXPECT_EQ(plan.ranks.size(), 2u);
   std::remove(path.c_str());
 }
@@ -677,7 +677,7 @@ TEST(PlanFile, InvalidPlanNamesFileAndPath) {
     ADD_FAILURE() << "loaded an invalid plan";
   } catch (const Error& e) {
     const std::string expected = "invalid usage: plan file '" + path +
-                                 "': plan \"allreduce_oneshot_ll\": ranks: 2 entries, num_ranks is 3";
+                                 "': plan \"allreduce_allpairs_ll\": ranks: 2 entries, num_ranks is 3";
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
   std::remove(path.c_str());

@@ -6,7 +6,7 @@ from typing import Callable, Dict
 from ..program import CollectiveProgram
 
 NAMES = (
-    "allreduce_oneshot_ll",
+    "allreduce_allpairs_ll",
     "allreduce_twoshot",
     "allreduce_ring",
     "allgather_fullmesh",
