@@ -61,8 +61,11 @@ def run_plans(rank, n):
             alg = meshcomm.PlanAlgorithm.from_json(json.dumps(plan))
             comm.add_algorithm(alg)
             reduces = plan["collective"] in ("allreduce", "reduce_scatter")
+            iu = units(plan["collective"], n)[0]
             for count in COUNTS:
                 for dtype in (DataType.FLOAT32, DataType.BFLOAT16):
+                    if count * iu * meshcomm.data_type_size(dtype) > plan["max_message_size"]:
+                        continue  # an LL plan's packet region is sized for its largest message
                     for op in (OPS if reduces else [ReduceOp.SUM]):
                         run_one(comm, alg, plan, rank, n, count, dtype, op)
                         checked += 1

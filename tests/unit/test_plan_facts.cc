@@ -33,8 +33,8 @@ TEST(PlanFacts, WhatEachPlanReaches) {
   EXPECT_FALSE(ll.writesPeerScratch);
   EXPECT_TRUE(ll.reduces);
   EXPECT_EQ(ll.maxScratchChunks, 4u);
-  // 1 MiB max per rank, one chunk per unit: (1 MiB + 16) bytes of data as packs of 32 packet bytes per 16.
-  EXPECT_GE(ll.packetChunkBytes, 2u * (1u << 20));
+  // 256 KiB max per rank, one chunk per unit: (256 KiB + 16) data bytes, 32 packet bytes per 16.
+  EXPECT_GE(ll.packetChunkBytes, 2u * (1u << 18));
   EXPECT_EQ(ll.packetRegionBytes, 2 * 4 * ll.packetChunkBytes);
   const PlanFacts twoshot = analyzePlan(golden("allreduce_twoshot"), 8, 132, 512);
   EXPECT_TRUE(twoshot.reachesPeerBuffers);  // phase 2 puts into the peers' outputs

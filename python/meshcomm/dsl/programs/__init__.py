@@ -13,6 +13,9 @@ NAMES = (
     "reduce_scatter_fullmesh",
     "alltoall_fullmesh",
     "allreduce_hierarchical",
+    "allgather_allpairs_ll",
+    "reduce_scatter_allpairs_ll",
+    "alltoall_allpairs_ll",
 )
 
 

@@ -10,7 +10,7 @@ def supports(num_ranks: int) -> bool:
 
 def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
     with CollectiveProgram("allreduce_allpairs_ll", AllReduce(num_ranks), protocol="LL",
-                           max_message_size=1 << 20, instances=instances) as prog:
+                           max_message_size=1 << 18, instances=instances) as prog:
         for r in range(num_ranks):
             me = Rank(r)
             me.scratch(num_ranks)  # slot p: the packets of rank p

@@ -33,5 +33,5 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             me.reduce(me.output[i], [me.output[i], me.scratch()[g]], tb=0)
             cross[r].signal(tb=0, relaxed=True)
             cross[r].wait(tb=0, relaxed=True)
-            send_to_peers(me, peers, local[r], me.output[i], lambda p: Rank(p).output[i])
+            send_to_peers(me, peers, local[r], me.output[i], lambda p: Rank(p).output[i], after_block0=True)
     return prog

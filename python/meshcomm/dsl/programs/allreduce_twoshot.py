@@ -20,5 +20,5 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
         for r in range(R):
             me, peers = Rank(r), all_peers(r, R)
             reduce_scatter_phase(me, peers, channels[r], me.output[r], slot_of=lambda q: q, chunk_of=lambda q: q)
-            send_to_peers(me, peers, channels[r], me.output[r], lambda p: Rank(p).output[r])
+            send_to_peers(me, peers, channels[r], me.output[r], lambda p: Rank(p).output[r], after_block0=True)
     return prog

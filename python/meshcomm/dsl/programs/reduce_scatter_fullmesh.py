@@ -2,7 +2,7 @@
 it and signals; after its R-1 waits it reduces its own chunk with the slots into its output, then a relaxed
 signal/wait round with every peer orders the next call's puts after this reduction."""
 from .. import CollectiveProgram, MemoryChannel, Rank, ReduceScatter, all_peers
-from .phases import reduce_scatter_phase
+from .phases import reduce_scatter_phase, relaxed_round
 
 
 def supports(num_ranks: int) -> bool:
@@ -18,8 +18,5 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
         for r in range(R):
             me, peers = Rank(r), all_peers(r, R)
             reduce_scatter_phase(me, peers, channels[r], me.output[0], slot_of=lambda q: q, chunk_of=lambda q: q)
-            for p in peers:
-                channels[r][p].signal(tb=0, relaxed=True)
-            for p in peers:
-                channels[r][p].wait(tb=0, relaxed=True)
+            relaxed_round(me, peers, channels[r])
     return prog
