@@ -3,6 +3,7 @@
 // is selected and forced like any built-in algorithm, and runs from Python with Algorithm.execute.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -21,6 +22,7 @@ class PlanAlgorithm final : public Algorithm {
   // A new instance of the same plan, not initialised (an instance belongs to one communicator).
   std::shared_ptr<PlanAlgorithm> freshInstance() const;
   const plan::Plan& plan() const;
+  uint64_t hash() const;  // the plan document's plan::planHash (ranks agree on it at initialize)
 
   std::string name() const override;
   Collective collective() const override;

@@ -60,6 +60,10 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "rank must load the same table (checked at Comm creation) and every rule must name a registered "
        "algorithm "
        "of its collective."},
+      {"MESHCOMM_PLAN_DIR", EnvType::String, "",
+       "Directory of execution plans (*.json, written with meshcomm.dsl) that every communicator adds to its "
+       "algorithms after the built-in ones, so MESHCOMM_ALGO_TABLE and MESHCOMM_ALGO can name them; every "
+       "rank must find the same plans (checked at Comm creation)."},
       {"MESHCOMM_ALGO", EnvType::String, "",
        "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "
        "forced algorithm that cannot run a call is an error."},

@@ -12,7 +12,8 @@
 #include "collectives/default_table.hpp"
 #include "collectives/p2p_phases.hpp"
 #include "collectives/selection_plan.hpp"
-#include "collectives/table_agreement.hpp"
+#include "collectives/rank_agreement.hpp"
+#include "plan/plan_directory.hpp"
 #include "collectives/validation.hpp"
 #include "meshcomm/buffer_registry.hpp"
 #include "meshcomm/builtin_algorithms.hpp"
@@ -132,6 +133,14 @@ Comm::Impl::Impl(std::shared_ptr<Bootstrap> bootstrap, const CommConfig& config)
   CudaDeviceGuard guard(device);
   resources = std::make_unique<CommResources>(*communicator, config.resources);
   algorithms = builtinAlgorithms();
+  for (auto& plan : plan::loadAgreedPlanDirectory(communicator->bootstrap())) {
+    try {
+      algorithms.add(std::move(plan));
+    } catch (const Error& e) {
+      throw Error(e.code(), detail::concat("rank ", topo().rank,
+                                           ": creating the Comm: MESHCOMM_PLAN_DIR: ", messageOf(e)));
+    }
+  }
   for (const auto& a : algorithms.all()) initialize(*a);
   selector = loadAgreedSelector(communicator->bootstrap(), loadSelector);
   forced = forcedAlgorithmsFromEnv();

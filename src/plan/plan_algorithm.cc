@@ -66,6 +66,9 @@ std::shared_ptr<PlanAlgorithm> PlanAlgorithm::freshInstance() const {
 const plan::Plan& PlanAlgorithm::plan() const {
   return source_->plan;
 }
+uint64_t PlanAlgorithm::hash() const {
+  return source_->hash;
+}
 std::string PlanAlgorithm::name() const {
   return source_->plan.name;
 }

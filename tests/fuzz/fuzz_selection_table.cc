@@ -9,7 +9,7 @@
 
 #include "base/bounded_text.hpp"
 #include "collectives/selection_plan.hpp"
-#include "collectives/table_agreement.hpp"
+#include "collectives/rank_agreement.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/selector.hpp"
 

@@ -1,12 +1,12 @@
-// Selection-table agreement across ranks: the canonical hash, the digest check, and the all-gather over a
-// bootstrap of forked ranks (CPU only).
+// Agreement across ranks (the selection table's, the generic digest check): the canonical hash, the digest
+// check, and the all-gather over a bootstrap of forked ranks (CPU only).
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
 #include "base/bounded_text.hpp"
-#include "collectives/table_agreement.hpp"
+#include "collectives/rank_agreement.hpp"
 #include "forked_ranks.hpp"
 #include "meshcomm/bootstrap.hpp"
 #include "meshcomm/errors.hpp"
@@ -32,28 +32,28 @@ TEST(TableAgreement, HashIsOfTheCanonicalForm) {
 }
 
 TEST(TableAgreement, EqualDigestsPass) {
-  const TableDigest d{42, 1};
-  EXPECT_NO_THROW(checkTableDigests(1, {d, d, d}));
+  const AgreementDigest d{42, 1};
+  EXPECT_NO_THROW(checkDigests(1, {d, d, d}, kSelectionTableAgreement));
 }
 
 TEST(TableAgreement, DifferingRanksAreNamed) {
-  const TableDigest a{0x1f, 1}, b{0x2e, 1}, failed{0, 0};
-  const std::string at0 = errorText([&] { checkTableDigests(0, {a, a, b, failed}); });
+  const AgreementDigest a{0x1f, 1}, b{0x2e, 1}, failed{0, 0};
+  const std::string at0 = errorText([&] { checkDigests(0, {a, a, b, failed}, kSelectionTableAgreement); });
   EXPECT_NE(at0.find("rank 0: selection table agreement: ranks 2, 3 did not load the table this rank loaded"),
             std::string::npos)
       << at0;
   EXPECT_NE(at0.find("hash 0x1f on ranks 0, 1; hash 0x2e on rank 2; could not load it on rank 3"),
             std::string::npos)
       << at0;
-  const std::string at2 = errorText([&] { checkTableDigests(2, {a, a, b, failed}); });
+  const std::string at2 = errorText([&] { checkDigests(2, {a, a, b, failed}, kSelectionTableAgreement); });
   EXPECT_NE(at2.find("rank 2: selection table agreement: ranks 0, 1, 3 did not load"), std::string::npos)
       << at2;
 }
 
 TEST(TableAgreement, ManyRanksGiveABoundedMessage) {
-  std::vector<TableDigest> digests(100000, TableDigest{1, 1});
+  std::vector<AgreementDigest> digests(100000, AgreementDigest{1, 1});
   for (size_t r = 0; r < digests.size(); r += 2) digests[r].hash = r;
-  const std::string message = errorText([&] { checkTableDigests(1, digests); });
+  const std::string message = errorText([&] { checkDigests(1, digests, kSelectionTableAgreement); });
   EXPECT_LT(message.size(), kMaxErrorMessage + 64);
 }
 

@@ -1,5 +1,6 @@
-// Agreement on the selection table: the canonical hash, its all-gather and the check across ranks.
-#include "collectives/table_agreement.hpp"
+// Agreement across ranks (rank_agreement.hpp): the digests' all-gather and check, and the selection table's
+// hash.
+#include "collectives/rank_agreement.hpp"
 
 #include <map>
 #include <optional>
@@ -27,11 +28,12 @@ std::string rankList(const std::vector<int>& ranks) {
 }
 
 // The ranks of each distinct digest, in the order of their first rank.
-std::vector<std::pair<TableDigest, std::vector<int>>> groupRanks(const std::vector<TableDigest>& digests) {
-  std::vector<std::pair<TableDigest, std::vector<int>>> groups;
+std::vector<std::pair<AgreementDigest, std::vector<int>>> groupRanks(
+    const std::vector<AgreementDigest>& digests) {
+  std::vector<std::pair<AgreementDigest, std::vector<int>>> groups;
   std::map<std::pair<uint64_t, uint64_t>, size_t> index;  // (loaded, hash) -> group
   for (size_t r = 0; r < digests.size(); ++r) {
-    const TableDigest& d = digests[r];
+    const AgreementDigest& d = digests[r];
     const auto [it, added] = index.emplace(std::make_pair(d.loaded, d.loaded ? d.hash : 0), groups.size());
     if (added) groups.push_back({d, {}});
     groups[it->second].second.push_back(static_cast<int>(r));
@@ -40,7 +42,7 @@ std::vector<std::pair<TableDigest, std::vector<int>>> groupRanks(const std::vect
 }
 
 // "hash 0x1f on ranks 0, 1; could not load it on rank 2": every distinct digest with its ranks.
-std::string describeGroups(const std::vector<TableDigest>& digests) {
+std::string describeGroups(const std::vector<AgreementDigest>& digests) {
   std::ostringstream os;
   const char* separator = "";
   for (const auto& [digest, ranks] : groupRanks(digests)) {
@@ -63,42 +65,30 @@ uint64_t selectionTableHash(const Selector& selector) {
   return sipHash24(kTableHashKey, canonical.data(), canonical.size());
 }
 
-std::vector<TableDigest> gatherTableDigests(Bootstrap& bootstrap, const TableDigest& mine) {
-  std::vector<TableDigest> digests(static_cast<size_t>(bootstrap.size()));
+const AgreementSubject kSelectionTableAgreement{"selection table", "the table",
+                                                "set the same MESHCOMM_ALGO_TABLE on every rank"};
+
+std::vector<AgreementDigest> gatherDigests(Bootstrap& bootstrap, const AgreementDigest& mine) {
+  std::vector<AgreementDigest> digests(static_cast<size_t>(bootstrap.size()));
   digests[static_cast<size_t>(bootstrap.rank())] = mine;
-  bootstrap.allGather(digests.data(), sizeof(TableDigest));
+  bootstrap.allGather(digests.data(), sizeof(AgreementDigest));
   return digests;
 }
 
-void checkTableDigests(int rank, const std::vector<TableDigest>& digests) {
-  const TableDigest& mine = digests.at(static_cast<size_t>(rank));
+void checkDigests(int rank, const std::vector<AgreementDigest>& digests, const AgreementSubject& subject) {
+  const AgreementDigest& mine = digests.at(static_cast<size_t>(rank));
   std::vector<int> differing;
   for (size_t r = 0; r < digests.size(); ++r)
     if (!(digests[r] == mine)) differing.push_back(static_cast<int>(r));
   if (differing.empty()) return;
   const std::string message =
-      detail::concat("rank ", rank, ": selection table agreement: ", rankList(differing),
-                     " did not load the table this rank loaded (", describeGroups(digests),
-                     "); set the same MESHCOMM_ALGO_TABLE on every rank");
+      detail::concat("rank ", rank, ": ", subject.name, " agreement: ", rankList(differing), " did not load ",
+                     subject.thing, " this rank loaded (", describeGroups(digests), "); ", subject.remedy);
   throw Error(ErrorCode::InvalidUsage, boundedText(message, kMaxErrorMessage));
 }
 
 Selector loadAgreedSelector(Bootstrap& bootstrap, const std::function<Selector()>& load) {
-  std::optional<Selector> selector;
-  std::optional<Error> loadError;
-  try {
-    selector = load();
-  } catch (const Error& e) {
-    loadError = e;
-  }
-  const TableDigest mine{selector ? selectionTableHash(*selector) : 0, selector ? 1u : 0u};
-  const std::vector<TableDigest> digests = gatherTableDigests(bootstrap, mine);
-  if (loadError) {
-    throw Error(loadError->code(),
-                detail::concat("rank ", bootstrap.rank(), ": creating the Comm: ", messageOf(*loadError)));
-  }
-  checkTableDigests(bootstrap.rank(), digests);
-  return std::move(*selector);
+  return loadAgreed<Selector>(bootstrap, load, selectionTableHash, kSelectionTableAgreement);
 }
 
 }  // namespace meshcomm
