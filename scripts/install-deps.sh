@@ -6,6 +6,7 @@ need=()
 command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v clang-format >/dev/null || need+=(clang-format)
+command -v clang++ >/dev/null || need+=(clang)  # the fuzz targets (scripts/fuzz.sh: clang with libFuzzer)
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -d /usr/src/googletest ]; then need+=(googletest libgtest-dev); fi
 if [ ! -f /usr/include/nlohmann/json.hpp ]; then need+=(nlohmann-json3-dev); fi
 # The Python package (docs/python.md) is built for and tested with the python3 on PATH: it needs pip and the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs missing build dependencies, builds, checks formatting, runs every test.
-# CPU tests always run; GPU tests run on all local GPUs or are reported as skipped with the reason.
+# CPU tests always run; GPU tests run on all local GPUs or are reported as skipped with the reason; then the
+# fuzz targets replay their corpora and run MESHCOMM_FUZZ_SECONDS (default 60) each (scripts/fuzz.sh).
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$repo/build}
@@ -20,3 +21,5 @@ awk '/^\[ RUN      \]/ { test = $4 }
      /SKIPPED: / { sub(/^\[[0-9]+\] /, ""); print "ctest skip reason: " $0 }' "$build/Testing/Temporary/LastTest.log" 2>/dev/null | sort -u || true
 # Python tests (docs/python.md) on this build's extension; the GPU ones print why they are skipped.
 PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -rs "$repo/tests/python"
+# Fuzz targets (tests/fuzz) in their own clang tree: corpora replayed, then a bounded run of each.
+"$repo/scripts/fuzz.sh" "$build-fuzz"

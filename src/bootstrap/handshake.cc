@@ -29,8 +29,8 @@ uint64_t sendChallenge(net::PolledConn& conn) {
   return nonce;
 }
 
-std::optional<int> checkProofAndAnswer(net::PolledConn& conn, const std::vector<uint8_t>& proof,
-                                       const Secret& secret, uint64_t nonce, int acceptorRank) {
+std::optional<VerifiedProof> verifyProof(const std::vector<uint8_t>& proof, const Secret& secret,
+                                         uint64_t nonce, int acceptorRank) {
   if (proof.size() != kProofBytes) return std::nullopt;
   WireReader r(proof);
   uint64_t magic = r.u64();
@@ -41,9 +41,16 @@ std::optional<int> checkProofAndAnswer(net::PolledConn& conn, const std::vector<
       mac != authMac(secret, Direction::ConnectorProof, nonce, connectorRank, acceptorRank)) {
     return std::nullopt;
   }
-  uint64_t answer = authMac(secret, Direction::AcceptorAnswer, connectorNonce, connectorRank, acceptorRank);
-  conn.queueOutput(WireWriter().u64(answer).data());
-  return connectorRank;
+  return VerifiedProof{
+      connectorRank, authMac(secret, Direction::AcceptorAnswer, connectorNonce, connectorRank, acceptorRank)};
+}
+
+std::optional<int> checkProofAndAnswer(net::PolledConn& conn, const std::vector<uint8_t>& proof,
+                                       const Secret& secret, uint64_t nonce, int acceptorRank) {
+  const std::optional<VerifiedProof> verified = verifyProof(proof, secret, nonce, acceptorRank);
+  if (!verified) return std::nullopt;
+  conn.queueOutput(WireWriter().u64(verified->answer).data());
+  return verified->connectorRank;
 }
 
 void authenticateConnection(int fd, const Secret& secret, int myRank, int acceptorRank,

@@ -24,8 +24,18 @@ namespace meshcomm::bootstrap {
 // nonce to check the proof against.
 uint64_t sendChallenge(net::PolledConn& conn);
 
-// Acceptor side: checks the kProofBytes of `proof`. On success queues the answer on `conn` and returns the
-// connector's rank, which the MAC binds; nullopt when the magic or the MAC is wrong.
+// Acceptor side, pure: the connector's rank (which the MAC binds) and the answer that proves this side knows
+// the secret, when `proof` is kProofBytes with the magic and a MAC over `nonce` and the two ranks; nullopt
+// otherwise (fuzzed by tests/fuzz/fuzz_bootstrap_wire.cc).
+struct VerifiedProof {
+  int connectorRank = 0;
+  uint64_t answer = 0;
+};
+std::optional<VerifiedProof> verifyProof(const std::vector<uint8_t>& proof, const Secret& secret,
+                                         uint64_t nonce, int acceptorRank);
+
+// Acceptor side: checks the kProofBytes of `proof` (verifyProof). On success queues the answer on `conn` and
+// returns the connector's rank, which the MAC binds; nullopt when the magic or the MAC is wrong.
 std::optional<int> checkProofAndAnswer(net::PolledConn& conn, const std::vector<uint8_t>& proof,
                                        const Secret& secret, uint64_t nonce, int acceptorRank);
 

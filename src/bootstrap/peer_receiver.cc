@@ -145,10 +145,9 @@ void PeerReceiver::onInput(AuthServer::Conn& c) {
 }
 
 void PeerReceiver::onFrameHeader(AuthServer::Conn& c) {
-  std::vector<uint8_t> header = c.io.takeInput();
-  WireReader r(header);
-  int tag = r.i32();
-  uint64_t length = r.u64();
+  const FrameHeader header = decodeFrameHeader(c.io.takeInput(), server_.who());  // expectInput: whole
+  const int tag = header.tag;
+  const uint64_t length = header.length;
   if (length > maxMessage_) {
     closePeer(c, detail::concat("sent a message of ", length, " bytes (tag ", tag,
                                 "), more than MESHCOMM_BOOTSTRAP_MAX_MESSAGE=", maxMessage_));

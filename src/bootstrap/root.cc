@@ -50,10 +50,9 @@ void RendezvousRoot::onAuthenticated(AuthServer::Conn& c) {
 }
 
 void RendezvousRoot::onInput(AuthServer::Conn& c) {
-  std::vector<uint8_t> hello = c.io.takeInput();
-  WireReader r(hello);
-  int helloRanks = r.i32();
-  std::optional<Endpoint> endpoint = readEndpoint(r);
+  const Hello hello = decodeHello(c.io.takeInput(), "bootstrap root");  // expectInput(kHelloBytes): whole
+  const int helloRanks = hello.nRanks;
+  const std::optional<Endpoint>& endpoint = hello.endpoint;
   std::string problem = checkHello(c, helloRanks, endpoint);
   if (!problem.empty()) {
     reject(c, problem);

@@ -181,9 +181,8 @@ std::vector<Endpoint> TcpBootstrap::Impl::readRankTable(int fd, const net::Deadl
                    " waiting for all ", nRanks, " ranks to join");
   }
   if (!s.ok()) net::throwIoError(s, what + " (waiting for the rank table)", deadline);
-  bootstrap::WireReader hr(header, sizeof(header));
-  uint32_t kind = hr.u32();
-  uint32_t count = hr.u32();
+  const bootstrap::ReplyHeader reply = bootstrap::decodeReplyHeader(header, sizeof(header), what);
+  const uint32_t kind = reply.kind, count = reply.count;
   if (kind == bootstrap::kReplyError && count <= bootstrap::kMaxReplyText) {
     std::string text(count, '\0');
     s = net::recvAll(fd, text.data(), text.size(), deadline);
@@ -197,14 +196,7 @@ std::vector<Endpoint> TcpBootstrap::Impl::readRankTable(int fd, const net::Deadl
   std::vector<uint8_t> table(count * bootstrap::kEndpointBytes);
   s = net::recvAll(fd, table.data(), table.size(), deadline);
   if (!s.ok()) net::throwIoError(s, what + " (reading the rank table)", deadline);
-  bootstrap::WireReader r(table);
-  std::vector<Endpoint> result;
-  for (uint32_t i = 0; i < count; ++i) {
-    std::optional<Endpoint> e = bootstrap::readEndpoint(r);
-    if (!e) MESHCOMM_THROW(ErrorCode::RemoteError, what, ": the root sent an invalid endpoint for rank ", i);
-    result.push_back(*e);
-  }
-  return result;
+  return bootstrap::decodeRankTable(table, count, what);
 }
 
 void TcpBootstrap::Impl::computeLocalRanks() {

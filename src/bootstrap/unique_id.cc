@@ -106,7 +106,7 @@ Secret parseSecretHex(const std::string& text, const char* variable) {
   for (size_t i = 0; ok && i < s.size(); ++i) {
     int hi = nibble(text[2 * i]), lo = nibble(text[2 * i + 1]);
     ok = hi >= 0 && lo >= 0;
-    s[i] = static_cast<uint8_t>((hi << 4) | lo);
+    if (ok) s[i] = static_cast<uint8_t>((hi << 4) | lo);
   }
   if (!ok) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, variable,

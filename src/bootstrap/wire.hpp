@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "bootstrap/socket.hpp"
@@ -112,6 +113,74 @@ inline std::optional<Endpoint> readEndpoint(WireReader& r) {
   uint64_t hostId = r.u64();
   if ((family != AF_INET && family != AF_INET6) || port == 0) return std::nullopt;
   return Endpoint{net::SockAddr::fromBytes(family, bytes, port), hostId};
+}
+
+// ---- decoders of the messages a peer controls (pure: no I/O; fuzzed by tests/fuzz/fuzz_bootstrap_wire.cc)
+// ---- Each throws Error(RemoteError) starting with `what` for bytes that are not such a message.
+
+inline void requireSize(size_t got, size_t want, const char* message, const std::string& what) {
+  if (got != want)
+    MESHCOMM_THROW(ErrorCode::RemoteError, what, ": ", message, " of ", got, " bytes, expected ", want);
+}
+
+// Rank -> root: the number of ranks the rank was started with and its peer endpoint (nullopt when invalid).
+struct Hello {
+  int32_t nRanks = 0;
+  std::optional<Endpoint> endpoint;
+};
+
+inline Hello decodeHello(const std::vector<uint8_t>& bytes, const std::string& what) {
+  requireSize(bytes.size(), kHelloBytes, "hello", what);
+  WireReader r(bytes);
+  Hello h;
+  h.nRanks = r.i32();
+  h.endpoint = readEndpoint(r);
+  return h;
+}
+
+// Peer -> peer: the header of one data frame (the payload's length is checked by the receiver's limit).
+struct FrameHeader {
+  int32_t tag = 0;
+  uint64_t length = 0;
+};
+
+inline FrameHeader decodeFrameHeader(const std::vector<uint8_t>& bytes, const std::string& what) {
+  requireSize(bytes.size(), kFrameHeaderBytes, "frame header", what);
+  WireReader r(bytes);
+  FrameHeader h;
+  h.tag = r.i32();
+  h.length = r.u64();
+  return h;
+}
+
+// Root -> rank: the reply header ({kind, count}).
+struct ReplyHeader {
+  uint32_t kind = 0;
+  uint32_t count = 0;
+};
+
+inline ReplyHeader decodeReplyHeader(const uint8_t* bytes, size_t size, const std::string& what) {
+  requireSize(size, kReplyHeaderBytes, "reply header", what);
+  WireReader r(bytes, size);
+  ReplyHeader h;
+  h.kind = r.u32();
+  h.count = r.u32();
+  return h;
+}
+
+// Root -> rank: the rank table of `count` endpoints, every one valid.
+inline std::vector<Endpoint> decodeRankTable(const std::vector<uint8_t>& bytes, uint32_t count,
+                                             const std::string& what) {
+  requireSize(bytes.size(), static_cast<size_t>(count) * kEndpointBytes, "rank table", what);
+  WireReader r(bytes);
+  std::vector<Endpoint> table;
+  table.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    std::optional<Endpoint> e = readEndpoint(r);
+    if (!e) MESHCOMM_THROW(ErrorCode::RemoteError, what, ": the root sent an invalid endpoint for rank ", i);
+    table.push_back(*e);
+  }
+  return table;
 }
 
 }  // namespace meshcomm::bootstrap
