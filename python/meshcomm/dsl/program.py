@@ -1,7 +1,7 @@
 """A collective program: the context in which ranks, buffers, channels and operations are declared, and its
 compilation to a plan (checks, instances, in-place mapping, JSON). docs/dsl.md describes the model."""
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 from .collectives import CollectiveSpec
@@ -71,6 +71,12 @@ class Op:
 
     def chunks(self) -> List[Chunk]:
         return [c for c in (self.src, self.dst) if c is not None] + self.srcs + self.packets
+
+    def chunk_slice(self, j: int) -> "Op":
+        """This op on chunk j of each of its ranges alone (every range has the same size)."""
+        one = lambda c: None if c is None else Chunk(c.rank, c.buffer, c.index + j, 1)  # noqa: E731
+        return replace(self, src=one(self.src), dst=one(self.dst), srcs=[one(c) for c in self.srcs],
+                       packets=[one(c) for c in self.packets])
 
 
 @dataclass(frozen=True)
@@ -200,6 +206,17 @@ class CollectiveProgram:
             buffer = self.spec.inplace_buffer
         return {"buffer": buffer, "index": index, "size": size}
 
+    def _emit_ops(self, op: Op, instance: int) -> List[dict]:
+        """With instances, chunk c of instance i is chunk c * k + i, so a range of several chunks is not one range
+        any more: its op is emitted once per chunk of the range."""
+        size = max((c.size for c in op.chunks()), default=1)
+        if self.instances == 1 or size == 1:
+            return [self._emit_op(op, instance)]
+        if any(c.size != size for c in op.chunks()):
+            raise DslError(f"rank {op.rank} tb {op.tb} op {op.index} ({op.kind}): chunk ranges of different sizes "
+                           f"({', '.join(c.describe() for c in op.chunks())}) cannot be split into instances")
+        return [self._emit_op(op.chunk_slice(j), instance) for j in range(size)]
+
     def _emit_op(self, op: Op, instance: int) -> dict:
         k = self.instances
         out: dict = {"op": op.kind}
@@ -228,7 +245,8 @@ class CollectiveProgram:
             tbs = []
             for tb in range(len(blocks[r])):
                 for i in range(k):
-                    tbs.append({"id": tb * k + i, "ops": [self._emit_op(op, i) for op in blocks[r][tb]]})
+                    tbs.append({"id": tb * k + i,
+                                "ops": [d for op in blocks[r][tb] for d in self._emit_ops(op, i)]})
             ranks.append({"rank": r, "scratch_chunks": self.scratch_chunks[r] * k, "channels": channels,
                           "threadblocks": tbs})
         inplace_chunks = {"input": self.spec.input_chunks, "output": self.spec.output_chunks}

@@ -100,6 +100,30 @@ def test_instances_replicate_blocks_channels_and_split_chunks():
                                                   "dst": ref("output", 1)}
 
 
+def test_instances_split_a_chunk_range_into_one_op_per_chunk():
+    # Chunk c of instance i is chunk c * k + i: a range of two chunks is two ops in each instance, so the ops
+    # that name the chunks one by one (the reduce) see the same data.
+    def program(instances):
+        with dsl.CollectiveProgram("ranges", dsl.AllReduce(2, chunks_per_rank=2), instances=instances) as prog:
+            for r in range(2):
+                me, ch = dsl.Rank(r), dsl.MemoryChannel(dst=1 - r, src=r)
+                me.scratch(2)
+                ch.put(dsl.Rank(1 - r).scratch()[0:2], me.input[0:2], tb=0, signal=True)
+                ch.wait(tb=0)
+                for j in range(2):
+                    me.reduce(me.output[j], [me.input[j], me.scratch()[j]], tb=0)
+        return prog
+
+    assert [op["op"] for op in ops_of(program(1).to_json(), 0)][:2] == ["put", "signal"]
+    plan = program(2).to_json()
+    tb1 = plan["ranks"][0]["threadblocks"][1]["ops"]
+    assert tb1[:3] == [{"op": "put", "channel": 1, "src": ref("input", 1), "dst": ref("scratch", 1)},
+                       {"op": "put", "channel": 1, "src": ref("input", 3), "dst": ref("scratch", 3)},
+                       {"op": "signal", "channel": 1, "relaxed": False}]
+    inputs = [[1, 2, 3, 4, 5, 6, 7], [10, 20, 30, 40, 50, 60, 70]]
+    assert run_plan(plan, 7, inputs) == expected_outputs("allreduce", inputs, 7)
+
+
 def test_in_place_references_land_in_the_larger_buffer():
     with dsl.CollectiveProgram("ag_inplace", dsl.AllGather(2), inplace=True) as prog:
         for r in range(2):
@@ -375,12 +399,12 @@ def test_the_interpreter_catches_a_broken_plan():
     ops = plan["ranks"][2]["threadblocks"][0]["ops"]
     reduce_at = next(i for i, op in enumerate(ops) if op["op"] == "reduce")
     ops[reduce_at]["srcs"] = ops[reduce_at]["srcs"][:-1]  # forget one peer's contribution
-    inputs = [[r + 1] * 4 for r in range(4)]
-    assert run_plan(plan, 4, inputs) != expected_outputs("allreduce", inputs, 4)
+    inputs = [[r + 1] * 24 for r in range(4)]  # 2 elements in each of the 12 chunks
+    assert run_plan(plan, 24, inputs) != expected_outputs("allreduce", inputs, 24)
     signal_at = next(i for i, op in enumerate(ops) if i > reduce_at and op["op"] == "signal")
     del ops[signal_at]  # and drop a signal: a peer now waits for it forever
     with pytest.raises(dsl.DslError, match=r"stuck: .*wait"):
-        run_plan(plan, 4, inputs)
+        run_plan(plan, 24, inputs)
 
 
 # ---- the command line ------------------------------------------------------------------------------------

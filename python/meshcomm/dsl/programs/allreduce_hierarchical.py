@@ -25,7 +25,7 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             Rank(r).scratch(g + 1)  # slot j: group rank j's chunk; slot g: the other group's partial chunk
         for r in range(R):
             me, i, peers = Rank(r), r % g, [p for p in group(r) if p != r]
-            reduce_scatter_phase(me, peers, local[r], me.output[i], slot_of=lambda q: q % g,
+            reduce_scatter_phase(me, peers, local[r], lambda j: me.output[i], slot_of=lambda q: q % g,
                                  chunk_of=lambda q: q % g)
             other = Rank((r + g) % R)
             cross[r].put(other.scratch()[g], me.output[i], tb=0, signal=True)
@@ -33,5 +33,5 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             me.reduce(me.output[i], [me.output[i], me.scratch()[g]], tb=0)
             cross[r].signal(tb=0, relaxed=True)
             cross[r].wait(tb=0, relaxed=True)
-            send_to_peers(me, peers, local[r], me.output[i], lambda p: Rank(p).output[i], after_block0=True)
+            send_to_peers(me, peers, local[r], me.output[i], lambda p: Rank(p).output[i], after_reduction=True)
     return prog

@@ -1,10 +1,11 @@
 """Phases the shipped programs share, each recorded for one rank with peer i's operations on thread block i, so the
 peers' puts, signals and waits run in parallel:
 
-- reduce_scatter_phase: every peer's chunk goes into its scratch slot for this rank (put + signal), the rank waits
-  for its peers, the peers' blocks meet, then block 0 reduces its own chunk with the peers' slots into ``dst``;
-- send_to_peers: one chunk into every peer's buffer (put + signal), then a wait for every peer; with
-  ``after_block0`` the blocks first meet, so the puts follow what block 0 did before (a reduction);
+- reduce_scatter_phase: every peer's part goes into its scratch slot for this rank (put + signal), the rank waits
+  for its peers, the peers' blocks meet, then the blocks reduce this rank's part with the peers' slots, one
+  chunk of the part each;
+- send_to_peers: one chunk (range) into every peer's buffer (put + signal), then a wait for every peer; with
+  ``after_reduction`` the blocks first meet, so the puts follow the reduction they did before;
 - relaxed_round: a relaxed signal and wait with every peer after the blocks meet (orders a later call's writes
   into this rank's scratch after its reads)."""
 from typing import Callable, Dict, List
@@ -23,24 +24,33 @@ def meet(me: Rank, peers: List[int]) -> None:
         me.barrier(peer_blocks(peers))
 
 
-def reduce_scatter_phase(me: Rank, peers: List[int], channels: Dict[int, MemoryChannel], dst: Chunk,
-                         slot_of: Callable[[int], int], chunk_of: Callable[[int], int]) -> None:
-    """slot_of(q): rank q's scratch slot at its peers; chunk_of(q): the input chunk rank q owns."""
+def reduce_scatter_phase(me: Rank, peers: List[int], channels: Dict[int, MemoryChannel],
+                         dst_of: Callable[[int], Chunk], slot_of: Callable[[int], int],
+                         chunk_of: Callable[[int], int], parts: int = 1) -> None:
+    """A rank's part is ``parts`` consecutive chunks: chunk_of(q) is the first input chunk of rank q's part,
+    slot_of(q) the scratch slot (of ``parts`` chunks) rank q's contribution lands in, dst_of(j) where chunk j
+    of this rank's reduced part goes. After the blocks meet, block j reduces chunk j (parts <= the blocks)."""
+    if len(peers) > 0 and parts > len(peers):
+        raise ValueError(f"reduce_scatter_phase: {parts} parts but {len(peers)} blocks")
     for tb, p in enumerate(peers):
-        channels[p].put(Rank(p).scratch()[slot_of(me.rank)], me.input[chunk_of(p)], tb=tb, signal=True)
+        start = slot_of(me.rank) * parts
+        channels[p].put(Rank(p).scratch()[start:start + parts], me.input[chunk_of(p) * parts:(chunk_of(p) + 1) * parts],
+                        tb=tb, signal=True)
         channels[p].wait(tb=tb)
     meet(me, peers)
-    own = me.input[chunk_of(me.rank)]
-    if peers:
-        me.reduce(dst, [own] + [me.scratch()[slot_of(p)] for p in peers], tb=0)
-    else:
-        me.copy(dst, own, tb=0)
+    for j in range(parts):
+        own = me.input[chunk_of(me.rank) * parts + j]
+        if peers:
+            me.reduce(dst_of(j), [own] + [me.scratch()[slot_of(p) * parts + j] for p in peers], tb=j)
+        else:
+            me.copy(dst_of(j), own, tb=j)
 
 
 def send_to_peers(me: Rank, peers: List[int], channels: Dict[int, MemoryChannel], src: Chunk,
-                  dst_of: Callable[[int], Chunk], after_block0: bool = False) -> None:
-    """dst_of(p): the chunk of peer p that receives ``src``."""
-    if after_block0:
+                  dst_of: Callable[[int], Chunk], after_reduction: bool = False) -> None:
+    """dst_of(p): the chunk of peer p that receives ``src``; with after_reduction the blocks first meet (their
+    reduction is complete)."""
+    if after_reduction:
         meet(me, peers)
     for tb, p in enumerate(peers):
         channels[p].put(dst_of(p), src, tb=tb, signal=True)

@@ -11,12 +11,15 @@ def supports(num_ranks: int) -> bool:
 
 def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
     R = num_ranks
-    with CollectiveProgram("reduce_scatter_fullmesh", ReduceScatter(R), instances=instances) as prog:
+    S = max(1, R - 1)  # a rank's part is S chunks, one per thread block, so every block reduces
+    with CollectiveProgram("reduce_scatter_fullmesh", ReduceScatter(R, chunks_per_rank=S),
+                           instances=instances) as prog:
         channels = {r: {p: MemoryChannel(dst=p, src=r) for p in all_peers(r, R)} for r in range(R)}
         for r in range(R):
-            Rank(r).scratch(R)  # slot p: rank p's chunk for this rank
+            Rank(r).scratch(R * S)  # slot p: rank p's part for this rank
         for r in range(R):
             me, peers = Rank(r), all_peers(r, R)
-            reduce_scatter_phase(me, peers, channels[r], me.output[0], slot_of=lambda q: q, chunk_of=lambda q: q)
+            reduce_scatter_phase(me, peers, channels[r], lambda j: me.output[j], slot_of=lambda q: q,
+                                 chunk_of=lambda q: q, parts=S)
             relaxed_round(me, peers, channels[r])
     return prog
