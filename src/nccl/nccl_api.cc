@@ -74,6 +74,7 @@ struct ncclComm {
 struct ncclWindow_vidmem {
   ncclComm* comm = nullptr;
   BufferRegistration registration;
+  bool registered = false;  // false while a grouped registration waits for ncclGroupEnd, or after it failed
 };
 
 namespace {
@@ -95,10 +96,26 @@ struct QueuedOp {
   const char* fn;
   CheckedCall call;
 };
+// A window registration called inside a group: it is collective over the communicator's ranks, which one
+// thread may hold several of, so it runs at ncclGroupEnd (before the group's operations, which may use it).
+struct DeferredRegistration {
+  ncclComm* comm;
+  ncclWindow_vidmem* window;  // handed out at the call; registered at ncclGroupEnd
+  void* buff;
+  size_t size;
+};
+// A window deregistration called inside a group (collective too): it runs at ncclGroupEnd, after the group's
+// operations.
+struct DeferredDeregistration {
+  ncclComm* comm;
+  ncclWindow_vidmem* window;  // freed once deregistered
+};
 struct GroupState {
   int depth = 0;
   std::vector<DeferredInit> inits;
+  std::vector<DeferredRegistration> registrations;
   std::vector<QueuedOp> ops;
+  std::vector<DeferredDeregistration> deregistrations;
 };
 thread_local GroupState tGroup;
 
@@ -237,6 +254,8 @@ void forgetGroupWork(const ncclComm* comm) {
   };
   drop(tGroup.ops);
   drop(tGroup.inits);
+  drop(tGroup.registrations);
+  drop(tGroup.deregistrations);
 }
 
 }  // namespace
@@ -680,6 +699,69 @@ ncclResult_t runDeferredInits() {
   return result;
 }
 
+// Runs `work(comm)` for every communicator of `comms` (first appearance order) at once, one thread each on
+// the communicator's device: window (de)registrations are collective over ranks this thread may hold several
+// of. Returns the first error (also for ncclGetLastError(NULL) on this thread).
+template <typename Work>
+ncclResult_t onEveryCommAtOnce(const std::vector<ncclComm*>& all, const char* fn, const Work& work) {
+  std::vector<ncclComm*> comms;
+  for (ncclComm* c : all)
+    if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
+  std::vector<ncclResult_t> results(comms.size(), ncclSuccess);
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < comms.size(); ++i) {
+    threads.emplace_back([&, i] {
+      results[i] = guarded(
+          fn, comms[i],
+          [&] {
+            meshcomm::CudaDeviceGuard guard(comms[i]->device);
+            work(comms[i]);
+            return ncclSuccess;
+          },
+          "ncclGroupEnd");
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < comms.size(); ++i) {
+    if (results[i] == ncclSuccess) continue;
+    tLastError = comms[i]->lastError;  // set on the worker thread; ncclGetLastError(NULL) reads this one's
+    return results[i];
+  }
+  return ncclSuccess;
+}
+
+// The group's window registrations, a communicator's in call order. A window whose registration failed stays
+// unregistered (deregistering it only frees the handle).
+ncclResult_t runDeferredRegistrations() {
+  std::vector<DeferredRegistration> registrations;
+  registrations.swap(tGroup.registrations);
+  std::vector<ncclComm*> comms;
+  for (const auto& d : registrations) comms.push_back(d.comm);
+  return onEveryCommAtOnce(comms, "ncclCommWindowRegister", [&](ncclComm* comm) {
+    for (const auto& d : registrations) {
+      if (d.comm != comm) continue;
+      requireNotRevoked(comm);
+      d.window->registration = comm->comm->registerBuffer(d.buff, d.size);
+      d.window->registered = true;
+    }
+  });
+}
+
+// The group's window deregistrations, a communicator's in call order; each window is freed.
+ncclResult_t runDeferredDeregistrations() {
+  std::vector<DeferredDeregistration> deregistrations;
+  deregistrations.swap(tGroup.deregistrations);
+  std::vector<ncclComm*> comms;
+  for (const auto& d : deregistrations) comms.push_back(d.comm);
+  return onEveryCommAtOnce(comms, "ncclCommWindowDeregister", [&](ncclComm* comm) {
+    for (const auto& d : deregistrations) {
+      if (d.comm != comm) continue;
+      std::unique_ptr<ncclWindow_vidmem> owned(d.window);
+      if (owned->registered) comm->comm->deregisterBuffer(owned->registration);
+    }
+  });
+}
+
 // A group's operations in call order (collectives each at once, point-to-point into one launch per
 // communicator when its batch closes, after the last operation). Returns the first error.
 ncclResult_t launchQueued(const std::vector<QueuedOp>& ops) {
@@ -761,16 +843,21 @@ ncclResult_t simulate(const std::vector<QueuedOp>& ops, ncclSimInfo_t* simInfo) 
 }
 
 // ncclGroupEnd and ncclGroupSimulateEnd (`simInfo` non-null). Only the outermost end acts: deferred
-// initializations first, then the collected operations are launched, or estimated and dropped.
+// initializations first, then window registrations, then the collected operations are launched (or estimated
+// and dropped), then window deregistrations.
 ncclResult_t endGroup(const char* fn, ncclSimInfo_t* simInfo) {
   if (tGroup.depth == 0)
     return fail(nullptr, ncclInvalidUsage, detail::concat(fn, ": no ncclGroupStart to close"));
   if (--tGroup.depth > 0) return ncclSuccess;
   const ncclResult_t inits = runDeferredInits();
+  const ncclResult_t registrations = runDeferredRegistrations();
   std::vector<QueuedOp> ops;
   ops.swap(tGroup.ops);
   const ncclResult_t r = simInfo != nullptr ? simulate(ops, simInfo) : launchQueued(ops);
-  return inits != ncclSuccess ? inits : r;
+  const ncclResult_t deregistrations = runDeferredDeregistrations();
+  for (ncclResult_t result : {inits, registrations, r, deregistrations})
+    if (result != ncclSuccess) return result;
+  return ncclSuccess;
 }
 
 // Ends the rendezvous root of an id that no rank bootstraps through, by joining it as the only rank of a
@@ -882,20 +969,23 @@ ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
 }
 // Windows: NCCL's collective registration of one buffer per rank is meshcomm's Comm::registerBuffer (the
 // zero-copy allreduce runs on calls inside windows). The flags are hints (symmetric or not, meshcomm learns
-// every peer's offset on the device).
+// every peer's offset on the device). Inside a group both calls are collective work of ncclGroupEnd (as in
+// NCCL, where one thread may hold several communicators, nccl-tests -R 2): the handle is returned at once,
+// registered before the group's operations and deregistered (and freed) after them.
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win, int) {
   const char* fn = "ncclCommWindowRegister";
   SHIM_COMM(fn);
   SHIM_REQUIRE(win != nullptr, comm, fn, "win is NULL");
   return guarded(fn, comm, [&] {
     requireNotRevoked(comm);
-    MESHCOMM_REQUIRE(
-        tGroup.depth == 0, who(comm, fn),
-        ": inside ncclGroupStart/End (several communicators per thread) is not supported; register "
-        "outside a group");
     auto w = std::make_unique<ncclWindow_vidmem>();
     w->comm = comm;
-    w->registration = comm->comm->registerBuffer(buff, size);
+    if (tGroup.depth > 0) {  // registered at ncclGroupEnd, with the other communicators of this thread
+      tGroup.registrations.push_back({comm, w.get(), buff, size});
+    } else {
+      w->registration = comm->comm->registerBuffer(buff, size);
+      w->registered = true;
+    }
     *win = w.release();
     return ncclSuccess;
   });
@@ -906,8 +996,16 @@ ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   SHIM_REQUIRE(win != nullptr && win->comm == comm, comm, fn,
                "win is NULL or belongs to another communicator");
   return guarded(fn, comm, [&] {
+    auto pending = std::find_if(tGroup.registrations.begin(), tGroup.registrations.end(),
+                                [win](const DeferredRegistration& d) { return d.window == win; });
+    MESHCOMM_REQUIRE(pending == tGroup.registrations.end(), who(comm, fn),
+                     ": the window's registration waits for ncclGroupEnd; deregister it after the group");
+    if (tGroup.depth > 0) {  // at ncclGroupEnd, with the other communicators of this thread
+      tGroup.deregistrations.push_back({comm, win});
+      return ncclSuccess;
+    }
     std::unique_ptr<ncclWindow_vidmem> owned(win);
-    comm->comm->deregisterBuffer(owned->registration);
+    if (owned->registered) comm->comm->deregisterBuffer(owned->registration);
     return ncclSuccess;
   });
 }

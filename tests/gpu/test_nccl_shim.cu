@@ -155,6 +155,22 @@ TEST_F(NcclShim, EveryCollectiveMatchesTheHostReference) {
     NCCL_OK(ncclCommWindowDeregister(c, winIn));
     NCCL_OK(ncclCommWindowDeregister(c, winOut));
   }
+  // Windows registered and deregistered inside groups: the work of ncclGroupEnd (a registration still waiting
+  // for it cannot be deregistered).
+  {
+    ncclWindow_t winIn = nullptr, winOut = nullptr;
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommWindowRegister(c, in, N * n * sizeof(float), &winIn, NCCL_WIN_COLL_SYMMETRIC));
+    NCCL_OK(ncclCommWindowRegister(c, out, N * n * sizeof(float), &winOut, NCCL_WIN_DEFAULT));
+    EXPECT_NE(winIn, nullptr);
+    EXPECT_EQ(ncclCommWindowDeregister(c, winIn), ncclInvalidUsage);
+    NCCL_OK(ncclGroupEnd());
+    allreduceBothWays("allreduce on windows registered in a group");
+    NCCL_OK(ncclGroupStart());
+    NCCL_OK(ncclCommWindowDeregister(c, winIn));
+    NCCL_OK(ncclCommWindowDeregister(c, winOut));
+    NCCL_OK(ncclGroupEnd());
+  }
   // PreMulSum: each rank's input is multiplied by that rank's own scalar (host: q + 1, device: -(q + 1) / 2
   // on rank q), as NCCL defines it; the host handle is destroyed right after the enqueue (as nccl-tests
   // does), before the kernel has run.
@@ -551,6 +567,27 @@ TEST_F(NcclShim, InitAllDrivesEveryLocalGpuFromOneThreadAndFromOneThreadEach) {
     std::string first;
     EXPECT_EQ(mismatches(download(ring[d], N), input(seed, (d + ndev - 1) % ndev, N), &first), 0u)
         << "one thread, send/recv ring, device " << d << ": " << first;
+  }
+
+  // One thread registers a window on every communicator in one group (nccl-tests -R 2), runs a grouped
+  // allreduce on them and deregisters them in another group: each is collective over the communicators this
+  // thread holds, so ncclGroupEnd does them for all at once.
+  {
+    std::vector<ncclWindow_t> windows(ndev, nullptr);
+    fill(++seed);
+    NCCL_OK(ncclGroupStart());
+    for (int d = 0; d < ndev; ++d)
+      NCCL_OK(
+          ncclCommWindowRegister(comms[d], buf[d], N * sizeof(float), &windows[d], NCCL_WIN_COLL_SYMMETRIC));
+    NCCL_OK(ncclGroupEnd());
+    NCCL_OK(ncclGroupStart());
+    for (int d = 0; d < ndev; ++d)
+      NCCL_OK(ncclAllReduce(buf[d], buf[d], N, ncclFloat32, ncclSum, comms[d], streams[d]));
+    NCCL_OK(ncclGroupEnd());
+    expectSum(seed, "one thread, grouped allreduce on windows registered in a group");
+    NCCL_OK(ncclGroupStart());
+    for (int d = 0; d < ndev; ++d) NCCL_OK(ncclCommWindowDeregister(comms[d], windows[d]));
+    NCCL_OK(ncclGroupEnd());
   }
 
   // One thread per GPU, each calling on its own communicator.
