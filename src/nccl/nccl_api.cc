@@ -699,14 +699,15 @@ ncclResult_t runDeferredInits() {
   return result;
 }
 
-// Runs `work(comm)` for every communicator of `comms` (first appearance order) at once, one thread each on
-// the communicator's device: window (de)registrations are collective over ranks this thread may hold several
-// of. Returns the first error (also for ncclGetLastError(NULL) on this thread).
-template <typename Work>
-ncclResult_t onEveryCommAtOnce(const std::vector<ncclComm*>& all, const char* fn, const Work& work) {
+// Runs `each(entry)` for every entry of `entries` (deferred window work, each naming its `comm`): one thread
+// per communicator on its device, all at once, a communicator's entries in call order. Window
+// (de)registrations are collective over ranks this thread may hold several of. Returns the first error
+// (also for ncclGetLastError(NULL) on this thread).
+template <typename Entry, typename Each>
+ncclResult_t eachCommAtOnce(const std::vector<Entry>& entries, const char* fn, const Each& each) {
   std::vector<ncclComm*> comms;
-  for (ncclComm* c : all)
-    if (std::find(comms.begin(), comms.end(), c) == comms.end()) comms.push_back(c);
+  for (const Entry& e : entries)
+    if (std::find(comms.begin(), comms.end(), e.comm) == comms.end()) comms.push_back(e.comm);
   std::vector<ncclResult_t> results(comms.size(), ncclSuccess);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < comms.size(); ++i) {
@@ -715,7 +716,8 @@ ncclResult_t onEveryCommAtOnce(const std::vector<ncclComm*>& all, const char* fn
           fn, comms[i],
           [&] {
             meshcomm::CudaDeviceGuard guard(comms[i]->device);
-            work(comms[i]);
+            for (const Entry& e : entries)
+              if (e.comm == comms[i]) each(e);
             return ncclSuccess;
           },
           "ncclGroupEnd");
@@ -730,35 +732,25 @@ ncclResult_t onEveryCommAtOnce(const std::vector<ncclComm*>& all, const char* fn
   return ncclSuccess;
 }
 
-// The group's window registrations, a communicator's in call order. A window whose registration failed stays
-// unregistered (deregistering it only frees the handle).
+// The group's window registrations. A window whose registration failed stays unregistered (deregistering it
+// only frees the handle).
 ncclResult_t runDeferredRegistrations() {
   std::vector<DeferredRegistration> registrations;
   registrations.swap(tGroup.registrations);
-  std::vector<ncclComm*> comms;
-  for (const auto& d : registrations) comms.push_back(d.comm);
-  return onEveryCommAtOnce(comms, "ncclCommWindowRegister", [&](ncclComm* comm) {
-    for (const auto& d : registrations) {
-      if (d.comm != comm) continue;
-      requireNotRevoked(comm);
-      d.window->registration = comm->comm->registerBuffer(d.buff, d.size);
-      d.window->registered = true;
-    }
+  return eachCommAtOnce(registrations, "ncclCommWindowRegister", [](const DeferredRegistration& d) {
+    requireNotRevoked(d.comm);
+    d.window->registration = d.comm->comm->registerBuffer(d.buff, d.size);
+    d.window->registered = true;
   });
 }
 
-// The group's window deregistrations, a communicator's in call order; each window is freed.
+// The group's window deregistrations; each window is freed.
 ncclResult_t runDeferredDeregistrations() {
   std::vector<DeferredDeregistration> deregistrations;
   deregistrations.swap(tGroup.deregistrations);
-  std::vector<ncclComm*> comms;
-  for (const auto& d : deregistrations) comms.push_back(d.comm);
-  return onEveryCommAtOnce(comms, "ncclCommWindowDeregister", [&](ncclComm* comm) {
-    for (const auto& d : deregistrations) {
-      if (d.comm != comm) continue;
-      std::unique_ptr<ncclWindow_vidmem> owned(d.window);
-      if (owned->registered) comm->comm->deregisterBuffer(owned->registration);
-    }
+  return eachCommAtOnce(deregistrations, "ncclCommWindowDeregister", [](const DeferredDeregistration& d) {
+    std::unique_ptr<ncclWindow_vidmem> owned(d.window);
+    if (owned->registered) d.comm->comm->deregisterBuffer(owned->registration);
   });
 }
 

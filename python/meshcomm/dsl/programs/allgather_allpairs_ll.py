@@ -1,7 +1,8 @@
 """Allgather over LL packets (small messages): every rank sends its input as packets into every peer's scratch
 slot for it and unpacks each peer's packets into that peer's output slot as they arrive, peer i on thread block
 i; its own input is copied on block 0. No semaphores."""
-from .. import AllGather, CollectiveProgram, MemoryChannel, Rank, all_peers
+from .. import AllGather, CollectiveProgram, Rank, all_peers
+from .phases import exchange_packets
 
 
 def supports(num_ranks: int) -> bool:
@@ -16,8 +17,5 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             Rank(r).scratch(R)  # slot p: the packets of rank p
         for r in range(R):
             me = Rank(r)
-            me.copy(me.output[r], me.input[0], tb=0)
-            for tb, p in enumerate(all_peers(r, R)):
-                MemoryChannel(dst=p, src=r).put_packets(Rank(p).scratch()[r], me.input[0], tb=tb)
-                me.unpack_packets(me.output[p], me.scratch()[p], tb=tb)
+            exchange_packets(me, all_peers(r, R), me.input[0], lambda p: me.input[0])
     return prog

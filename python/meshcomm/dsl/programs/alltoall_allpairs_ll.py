@@ -1,7 +1,8 @@
 """Alltoall over LL packets (small messages): every rank sends input chunk p as packets into rank p's scratch
 slot for it and unpacks each peer's packets into that peer's output slot as they arrive, peer i on thread block
 i; its own chunk is copied on block 0. No semaphores."""
-from .. import AllToAll, CollectiveProgram, MemoryChannel, Rank, all_peers
+from .. import AllToAll, CollectiveProgram, Rank, all_peers
+from .phases import exchange_packets
 
 
 def supports(num_ranks: int) -> bool:
@@ -16,8 +17,5 @@ def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
             Rank(r).scratch(R)  # slot p: rank p's packets for this rank
         for r in range(R):
             me = Rank(r)
-            me.copy(me.output[r], me.input[r], tb=0)
-            for tb, p in enumerate(all_peers(r, R)):
-                MemoryChannel(dst=p, src=r).put_packets(Rank(p).scratch()[r], me.input[p], tb=tb)
-                me.unpack_packets(me.output[p], me.scratch()[p], tb=tb)
+            exchange_packets(me, all_peers(r, R), me.input[r], lambda p: me.input[p])
     return prog

@@ -7,7 +7,10 @@ peers' puts, signals and waits run in parallel:
 - send_to_peers: one chunk (range) into every peer's buffer (put + signal), then a wait for every peer; with
   ``after_reduction`` the blocks first meet, so the puts follow the reduction they did before;
 - relaxed_round: a relaxed signal and wait with every peer after the blocks meet (orders a later call's writes
-  into this rank's scratch after its reads)."""
+  into this rank's scratch after its reads);
+- exchange_packets (LL): this rank's own part copied to its output slot, and with every peer, on its block, the
+  part for it sent as packets into the peer's scratch slot for this rank and the peer's packets unpacked into
+  the peer's output slot."""
 from typing import Callable, Dict, List
 
 from .. import Chunk, MemoryChannel, Rank
@@ -62,3 +65,12 @@ def relaxed_round(me: Rank, peers: List[int], channels: Dict[int, MemoryChannel]
     for tb, p in enumerate(peers):
         channels[p].signal(tb=tb, relaxed=True)
         channels[p].wait(tb=tb, relaxed=True)
+
+
+def exchange_packets(me: Rank, peers: List[int], own: Chunk, part_for: Callable[[int], Chunk]) -> None:
+    """own: this rank's part of its own output; part_for(p): the input chunk rank p receives. Every rank declares
+    scratch slot q for rank q's packets."""
+    me.copy(me.output[me.rank], own, tb=0)
+    for tb, p in enumerate(peers):
+        MemoryChannel(dst=p, src=me.rank).put_packets(Rank(p).scratch()[me.rank], part_for(p), tb=tb)
+        me.unpack_packets(me.output[p], me.scratch()[p], tb=tb)
