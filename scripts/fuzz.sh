@@ -9,12 +9,12 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$repo/build-fuzz}
 seconds=${MESHCOMM_FUZZ_SECONDS:-60}
-probe=$(mktemp -d)
-trap 'rm -rf "$probe"' EXIT
-echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$probe/t.cc"
-if ! command -v clang++ >/dev/null || ! clang++ -fsanitize=fuzzer "$probe/t.cc" -o "$probe/t" 2>"$probe/err"; then
+trial=$(mktemp -d)
+trap 'rm -rf "$trial"' EXIT
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$trial/t.cc"
+if ! command -v clang++ >/dev/null || ! clang++ -fsanitize=fuzzer "$trial/t.cc" -o "$trial/t" 2>"$trial/err"; then
   echo "fuzz: SKIPPED: clang++ cannot link -fsanitize=fuzzer ($(command -v clang++ || echo 'clang++ not found');" \
-    "Debian: clang and libclang-rt-dev): $(head -c 300 "$probe/err" 2>/dev/null)"
+    "Debian: clang and libclang-rt-dev): $(head -c 300 "$trial/err" 2>/dev/null)"
   exit 0
 fi
 mkdir -p "$build"
