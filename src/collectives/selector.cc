@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/bounded_file.hpp"
 #include "base/bounded_text.hpp"
 #include "base/error_message.hpp"
 #include "base/json_limits.hpp"
@@ -161,12 +162,14 @@ Selector Selector::fromJson(const std::string& text) {
 }
 
 Selector Selector::fromFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) failTable(quotedPath(path), ": cannot open the file");
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
   try {
-    return fromJson(text.str());
+    text = readBoundedFile(path, "selection table");
+  } catch (const Error& e) {  // a table that cannot be read is the caller's setting: InvalidUsage
+    throw Error(ErrorCode::InvalidUsage, messageOf(e));
+  }
+  try {
+    return fromJson(text);
   } catch (const Error& e) {
     throw Error(ErrorCode::InvalidUsage,
                 boundedText(quotedPath(path) + ": " + messageOf(e), kMaxErrorMessage));

@@ -1,10 +1,8 @@
 // The plan parser: JSON text -> meshcomm::plan structs, checking each field's type and range and every
 // object's keys; the rules that relate fields to each other are in plan_checks.cc.
-#include <cerrno>
 #include <climits>
-#include <fstream>
-#include <sstream>
 
+#include "base/bounded_file.hpp"
 #include "base/error_message.hpp"
 #include "meshcomm/plan.hpp"
 #include "plan/plan_checks.hpp"
@@ -153,15 +151,6 @@ Plan readPlan(const Node& root) {
   return plan;
 }
 
-std::string readFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) ::meshcomm::detail::throwSystemError(errno, "plan file '" + path + "': cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) ::meshcomm::detail::throwSystemError(errno, "plan file '" + path + "': cannot read");
-  return text.str();
-}
-
 }  // namespace
 
 Plan parsePlan(std::string_view text) {
@@ -173,7 +162,7 @@ Plan parsePlan(std::string_view text) {
 }
 
 Plan loadPlan(const std::string& path, uint64_t* hash) {
-  const std::string text = readFile(path);
+  const std::string text = readBoundedFile(path, "plan file");
   try {
     Plan plan = parsePlan(text);
     if (hash) *hash = planHash(text);

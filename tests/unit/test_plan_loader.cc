@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "base/bounded_file.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/plan.hpp"
 
@@ -666,6 +668,24 @@ TEST(PlanFile, MissingFileNamesPath) {
     EXPECT_NE(std::string(e.what()).find("plan file '" + path + "': cannot open"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(PlanFile, AFileLargerThanTheLimitIsRefusedUnread) {
+  const std::string path = testing::TempDir() + "meshcomm_plan_huge.json";
+  { std::ofstream(path) << "{"; }
+  std::filesystem::resize_file(path, kMaxConfigFileBytes + 1);  // sparse: nothing is written
+  try {
+    loadPlan(path);
+    ADD_FAILURE() << "loaded a file past the limit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+    EXPECT_NE(
+        std::string(e.what()).find("plan file '" + path + "': " + std::to_string(kMaxConfigFileBytes + 1) +
+                                   " bytes, more than the limit of " + std::to_string(kMaxConfigFileBytes)),
+        std::string::npos)
+        << e.what();
+  }
+  std::remove(path.c_str());
 }
 
 TEST(PlanFile, InvalidPlanNamesFileAndPath) {

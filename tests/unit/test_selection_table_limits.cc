@@ -81,7 +81,7 @@ TEST(SelectionTableLimits, HugeNamesAndPathsGiveBoundedMessages) {
       << unknown.substr(0, 400);
   const std::string missingFile = errorOf([&] { Selector::fromFile("/nonexistent/" + huge); });
   EXPECT_LT(missingFile.size(), kMaxErrorMessage + 64);
-  EXPECT_NE(missingFile.find("cannot open the file"), std::string::npos) << missingFile.substr(0, 400);
+  EXPECT_NE(missingFile.find("cannot open"), std::string::npos) << missingFile.substr(0, 400);
   const std::string forced = errorOf([&] { parseForcedAlgorithms("allreduce" + huge); });
   EXPECT_LT(forced.size(), kMaxErrorMessage + 64);
   EXPECT_NE(forced.find("MESHCOMM_ALGO='allreduceyyy"), std::string::npos) << forced.substr(0, 400);
