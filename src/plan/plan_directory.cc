@@ -6,6 +6,7 @@
 #include <map>
 #include <system_error>
 
+#include "base/bounded_text.hpp"
 #include "base/siphash.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
@@ -18,20 +19,25 @@ namespace {
 const SipKey kPlanSetHashKey = {'m', 'e', 's', 'h', 'c', 'o', 'm', 'm',
                                 '.', 'p', 'l', 'a', 'n', 's', ' ', '1'};
 
+// How the directory appears in messages (an environment value can be long).
+std::string shown(const std::string& dir) {
+  return "MESHCOMM_PLAN_DIR '" + boundedText(dir, 1024) + "'";
+}
+
 std::vector<std::filesystem::path> planFiles(const std::string& dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "MESHCOMM_PLAN_DIR '", dir, "' is not a directory",
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, shown(dir), " is not a directory",
                    ec ? " (" + ec.message() + ")" : std::string());
   std::vector<fs::path> files;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     if (it->path().extension() != ".json" || !it->is_regular_file(ec)) continue;
-    MESHCOMM_REQUIRE(files.size() < kMaxPlanFiles, "MESHCOMM_PLAN_DIR '", dir, "' holds more than ",
-                     kMaxPlanFiles, " plan files (*.json)");
+    MESHCOMM_REQUIRE(files.size() < kMaxPlanFiles, shown(dir), " holds more than ", kMaxPlanFiles,
+                     " plan files (*.json)");
     files.push_back(it->path());
   }
-  if (ec) ::meshcomm::detail::throwSystemError(ec.value(), "MESHCOMM_PLAN_DIR '" + dir + "': cannot list it");
+  if (ec) ::meshcomm::detail::throwSystemError(ec.value(), shown(dir) + ": cannot list it");
   std::sort(files.begin(), files.end());
   return files;
 }
@@ -44,8 +50,8 @@ std::vector<std::shared_ptr<PlanAlgorithm>> loadPlanDirectory(const std::string&
   for (const auto& path : planFiles(dir)) {
     auto plan = PlanAlgorithm::load(path.string());
     const auto [it, added] = fileOf.emplace(plan->name(), path.string());
-    MESHCOMM_REQUIRE(added, "MESHCOMM_PLAN_DIR '", dir, "': plan name '", plan->name(), "' in both '",
-                     it->second, "' and '", path.string(), "'");
+    MESHCOMM_REQUIRE(added, shown(dir), ": plan name '", plan->name(), "' in both '", it->second, "' and '",
+                     path.string(), "'");
     plans.push_back(std::move(plan));
   }
   return plans;
