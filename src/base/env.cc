@@ -14,7 +14,8 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "it)."},
       {"MESHCOMM_BOOTSTRAP_TIMEOUT", EnvType::Int, "120",
        "Seconds any blocking bootstrap operation (connect, send, recv, collectives) may take before it fails "
-       "with an error naming rank, peer and operation."},
+       "with an error naming rank, peer and operation; must be positive (createUniqueId and TcpBootstrap "
+       "refuse 0 or less)."},
       {"MESHCOMM_BOOTSTRAP_ADDR", EnvType::String, "",
        "host:port of the bootstrap root when ranks start from the environment. Default: MASTER_ADDR and "
        "MASTER_PORT+1 (MASTER_PORT itself is usually torch's TCPStore)."},

@@ -309,6 +309,9 @@ UniqueId TcpBootstrap::createUniqueId(int nRanks) {
   MESHCOMM_REQUIRE(nRanks >= 0 && nRanks <= bootstrap::kMaxRanks,
                    "TcpBootstrap::createUniqueId: nRanks=", nRanks, " must be in 0..", bootstrap::kMaxRanks,
                    " (0: the ranks tell)");
+  const int64_t timeoutSec = envInt("MESHCOMM_BOOTSTRAP_TIMEOUT");  // the root's, checked before it starts
+  MESHCOMM_REQUIRE(timeoutSec > 0, "TcpBootstrap::createUniqueId: MESHCOMM_BOOTSTRAP_TIMEOUT=", timeoutSec,
+                   " must be a positive number of seconds");
   net::SockAddr addr = net::advertisedAddress();
   net::Fd fd;
   int err = net::tryListen(addr, &fd);
@@ -316,8 +319,7 @@ UniqueId TcpBootstrap::createUniqueId(int nRanks) {
     detail::throwSystemError(err, "TcpBootstrap::createUniqueId: cannot listen on " + addr.toString());
   bootstrap::IdContents contents{bootstrap::randomSecret(), net::localAddress(fd.get()),
                                  bootstrap::RootHost::IdCreator};
-  bootstrap::startDetachedRoot(std::move(fd), nRanks, contents.secret,
-                               static_cast<double>(envInt("MESHCOMM_BOOTSTRAP_TIMEOUT")));
+  bootstrap::startDetachedRoot(std::move(fd), nRanks, contents.secret, static_cast<double>(timeoutSec));
   return bootstrap::encodeUniqueId(contents);
 }
 

@@ -622,6 +622,22 @@ TEST(Bootstrap, PortInUseGivesAClearError) {
 
 // ---- ids and the environment -----------------------------------------------------------------------------
 
+TEST(Bootstrap, CreateUniqueIdRefusesANonPositiveTimeout) {
+  for (const char* value : {"0", "-5"}) {
+    setenv("MESHCOMM_BOOTSTRAP_TIMEOUT", value, 1);
+    try {
+      TcpBootstrap::createUniqueId(2);  // refused before a root thread starts
+      ADD_FAILURE() << "MESHCOMM_BOOTSTRAP_TIMEOUT=" << value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::InvalidUsage);
+      EXPECT_TRUE(contains(e.what(), std::string("MESHCOMM_BOOTSTRAP_TIMEOUT=") + value +
+                                         " must be a positive number of seconds"))
+          << e.what();
+    }
+  }
+  unsetenv("MESHCOMM_BOOTSTRAP_TIMEOUT");
+}
+
 TEST(Bootstrap, UniqueIdEncodesAddressAndSecret) {
   auto secret = testSecret(9);
   bootstrap::IdContents v4 =
