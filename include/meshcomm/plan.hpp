@@ -91,8 +91,8 @@ struct Plan {
 
 // Parses and checks a plan document. Throws meshcomm::Error (InvalidUsage) naming the plan and the JSON path
 // of the offending value, e.g. `plan "x": ranks[2].threadblocks[1].ops[3].src.index: 7 is outside input's 4
-// chunks`.
-Plan parsePlan(std::string_view json);
+// chunks`. With `hash`, also the document's planHash (from the same parse).
+Plan parsePlan(std::string_view json, uint64_t* hash = nullptr);
 
 // parsePlan on the contents of a file (read once); errors name the file. With `hash`, also the document's
 // planHash.

@@ -11,7 +11,7 @@
 namespace meshcomm {
 
 std::string readBoundedFile(const std::string& path, const std::string& what, uint64_t maxBytes) {
-  const std::string where = what + " '" + boundedText(path, 1024) + "'";  // a path can be long too
+  const std::string where = what + " " + quotedPath(path);
   std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) detail::throwSystemError(errno, where + ": cannot open");
   const std::streamoff size = in.tellg();

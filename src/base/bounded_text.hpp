@@ -17,4 +17,9 @@ constexpr size_t kMaxErrorMessage = 4096;
 // followed by "... (N bytes)"; the result has at most maxBytes + 32 bytes.
 std::string boundedText(std::string_view text, size_t maxBytes = kMaxQuotedText);
 
+// A file path (or a directory from the environment) in quotes, cut only when longer than any real path.
+inline std::string quotedPath(std::string_view path) {
+  return "'" + boundedText(path, 1024) + "'";
+}
+
 }  // namespace meshcomm

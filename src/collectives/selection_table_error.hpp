@@ -25,11 +25,6 @@ inline std::string quotedName(std::string_view name) {
   return "'" + boundedText(name) + "'";
 }
 
-// A file path in quotes, cut only when longer than any real path.
-inline std::string quotedPath(std::string_view path) {
-  return "'" + boundedText(path, 1024) + "'";
-}
-
 // Throws Error(InvalidUsage): "selection table: rule <index>: field '<field>': <args...>".
 template <typename... Args>
 [[noreturn]] void failRuleField(size_t index, std::string_view field, Args&&... args) {

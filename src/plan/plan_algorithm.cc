@@ -45,8 +45,7 @@ struct PlanAlgorithm::State {
 
 std::shared_ptr<PlanAlgorithm> PlanAlgorithm::fromJson(const std::string& text) {
   auto source = std::make_shared<Source>();
-  source->plan = plan::parsePlan(text);
-  source->hash = plan::planHash(text);
+  source->plan = plan::parsePlan(text, &source->hash);
   return std::make_shared<PlanAlgorithm>(source);
 }
 

@@ -21,7 +21,7 @@ const SipKey kPlanSetHashKey = {'m', 'e', 's', 'h', 'c', 'o', 'm', 'm',
 
 // How the directory appears in messages (an environment value can be long).
 std::string shown(const std::string& dir) {
-  return "MESHCOMM_PLAN_DIR '" + boundedText(dir, 1024) + "'";
+  return "MESHCOMM_PLAN_DIR " + quotedPath(dir);
 }
 
 std::vector<std::filesystem::path> planFiles(const std::string& dir) {

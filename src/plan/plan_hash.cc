@@ -13,9 +13,13 @@ const SipKey kPlanHashKey = {'m', 'e', 's', 'h', 'c', 'o', 'm', 'm', '.', 'p', '
 
 }  // namespace
 
-uint64_t planHash(std::string_view text) {
-  const std::string canonical = detail::parseJsonText(text).dump();
+uint64_t detail::documentHash(const nlohmann::json& document) {
+  const std::string canonical = document.dump();
   return sipHash24(kPlanHashKey, canonical.data(), canonical.size());
+}
+
+uint64_t planHash(std::string_view text) {
+  return detail::documentHash(detail::parseJsonText(text));
 }
 
 }  // namespace meshcomm::plan

@@ -20,6 +20,9 @@ using json = nlohmann::json;
 // too deep nesting throw meshcomm::Error naming `planName`.
 json parseJsonText(std::string_view text, const std::string& planName = "");
 
+// planHash of an already parsed document (its canonical form: keys sorted, no whitespace).
+uint64_t documentHash(const json& document);
+
 // A JSON value of the plan and its path ("ranks[2].threadblocks[1]").
 class Node {
  public:

@@ -3,6 +3,7 @@
 #include <climits>
 
 #include "base/bounded_file.hpp"
+#include "base/bounded_text.hpp"
 #include "base/error_message.hpp"
 #include "meshcomm/plan.hpp"
 #include "plan/plan_checks.hpp"
@@ -153,22 +154,21 @@ Plan readPlan(const Node& root) {
 
 }  // namespace
 
-Plan parsePlan(std::string_view text) {
+Plan parsePlan(std::string_view text, uint64_t* hash) {
   const json root = detail::parseJsonText(text);
   const std::string name = peekName(root);
   Plan plan = readPlan(Node(root, "", name));
   detail::checkPlan(plan);
+  if (hash) *hash = detail::documentHash(root);
   return plan;
 }
 
 Plan loadPlan(const std::string& path, uint64_t* hash) {
   const std::string text = readBoundedFile(path, "plan file");
   try {
-    Plan plan = parsePlan(text);
-    if (hash) *hash = planHash(text);
-    return plan;
+    return parsePlan(text, hash);
   } catch (const Error& e) {
-    throw Error(e.code(), "plan file '" + path + "': " + messageOf(e));
+    throw Error(e.code(), "plan file " + quotedPath(path) + ": " + messageOf(e));
   }
 }
 

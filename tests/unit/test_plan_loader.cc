@@ -646,6 +646,17 @@ TEST(PlanHash, ChangesWithAnyValue) {
   EXPECT_NE(planHash(doc.dump()), base);
 }
 
+TEST(PlanHash, ParsePlanAndLoadPlanGiveTheDocumentsHash) {
+  const json doc = minimalPlan();
+  uint64_t parsed = 0, loaded = 0;
+  parsePlan(doc.dump(2), &parsed);
+  EXPECT_EQ(parsed, planHash(doc.dump()));
+  const std::string path = writeTemp("meshcomm_plan_hash.json", doc.dump(4));
+  loadPlan(path, &loaded);
+  EXPECT_EQ(loaded, parsed);
+  std::remove(path.c_str());
+}
+
 TEST(PlanHash, RejectsInvalidJson) {
   EXPECT_THROW(planHash("{\"a\": "), Error);
 }
