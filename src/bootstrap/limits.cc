@@ -18,4 +18,11 @@ uint64_t maxMessageFromEnv(const std::string& who) {
   return static_cast<uint64_t>(limit);
 }
 
+double timeoutFromEnv(const std::string& who) {
+  const int64_t seconds = envInt("MESHCOMM_BOOTSTRAP_TIMEOUT");
+  MESHCOMM_REQUIRE(seconds > 0, who, ": MESHCOMM_BOOTSTRAP_TIMEOUT=", seconds,
+                   " must be a positive number of seconds");
+  return static_cast<double>(seconds);
+}
+
 }  // namespace meshcomm::bootstrap

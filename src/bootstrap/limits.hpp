@@ -27,4 +27,7 @@ constexpr uint64_t kQueuedBytesPerMaxMessage = 2;
 // and its value otherwise (starting with `who` when the value is an integer out of range).
 uint64_t maxMessageFromEnv(const std::string& who);
 
+// MESHCOMM_BOOTSTRAP_TIMEOUT: a positive number of seconds, else Error(InvalidUsage) likewise.
+double timeoutFromEnv(const std::string& who);
+
 }  // namespace meshcomm::bootstrap

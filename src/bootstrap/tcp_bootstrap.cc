@@ -116,12 +116,12 @@ class TcpBootstrap::Impl {
 TcpBootstrap::Impl::Impl(int rank, int nRanks, const UniqueId& id, double timeoutSec)
     : rank(rank),
       nRanks(checkedRanks(rank, nRanks)),
-      timeoutSec_(timeoutSec < 0 ? static_cast<double>(envInt("MESHCOMM_BOOTSTRAP_TIMEOUT")) : timeoutSec),
+      timeoutSec_(timeoutSec < 0 ? bootstrap::timeoutFromEnv(rankPrefix(rank) + "TcpBootstrap") : timeoutSec),
       maxMessage_(bootstrap::maxMessageFromEnv(rankPrefix(rank) + "TcpBootstrap")),
       mailbox_(nRanks, maxMessage_ * bootstrap::kQueuedBytesPerMaxMessage),
       links_(nRanks) {
   MESHCOMM_REQUIRE(timeoutSec_ > 0, rankPrefix(rank), "TcpBootstrap: the timeout must be positive (got ",
-                   timeoutSec_, "s; see MESHCOMM_BOOTSTRAP_TIMEOUT)");
+                   timeoutSec_, "s)");
   bootstrap::IdContents contents = bootstrap::decodeUniqueId(id, rankPrefix(rank) + "TcpBootstrap");
   secret_ = contents.secret;
   net::Deadline deadline = newDeadline();
@@ -309,9 +309,8 @@ UniqueId TcpBootstrap::createUniqueId(int nRanks) {
   MESHCOMM_REQUIRE(nRanks >= 0 && nRanks <= bootstrap::kMaxRanks,
                    "TcpBootstrap::createUniqueId: nRanks=", nRanks, " must be in 0..", bootstrap::kMaxRanks,
                    " (0: the ranks tell)");
-  const int64_t timeoutSec = envInt("MESHCOMM_BOOTSTRAP_TIMEOUT");  // the root's, checked before it starts
-  MESHCOMM_REQUIRE(timeoutSec > 0, "TcpBootstrap::createUniqueId: MESHCOMM_BOOTSTRAP_TIMEOUT=", timeoutSec,
-                   " must be a positive number of seconds");
+  const double timeoutSec =
+      bootstrap::timeoutFromEnv("TcpBootstrap::createUniqueId");  // before a root starts
   net::SockAddr addr = net::advertisedAddress();
   net::Fd fd;
   int err = net::tryListen(addr, &fd);
@@ -319,7 +318,7 @@ UniqueId TcpBootstrap::createUniqueId(int nRanks) {
     detail::throwSystemError(err, "TcpBootstrap::createUniqueId: cannot listen on " + addr.toString());
   bootstrap::IdContents contents{bootstrap::randomSecret(), net::localAddress(fd.get()),
                                  bootstrap::RootHost::IdCreator};
-  bootstrap::startDetachedRoot(std::move(fd), nRanks, contents.secret, static_cast<double>(timeoutSec));
+  bootstrap::startDetachedRoot(std::move(fd), nRanks, contents.secret, timeoutSec);
   return bootstrap::encodeUniqueId(contents);
 }
 
