@@ -13,7 +13,7 @@ peers' puts, signals and waits run in parallel:
   the peer's output slot."""
 from typing import Callable, Dict, List
 
-from .. import Chunk, MemoryChannel, Rank
+from .. import Chunk, DslError, MemoryChannel, Rank
 
 
 def peer_blocks(peers: List[int]) -> List[int]:
@@ -34,11 +34,12 @@ def reduce_scatter_phase(me: Rank, peers: List[int], channels: Dict[int, MemoryC
     slot_of(q) the scratch slot (of ``parts`` chunks) rank q's contribution lands in, dst_of(j) where chunk j
     of this rank's reduced part goes. After the blocks meet, block j reduces chunk j (parts <= the blocks)."""
     if len(peers) > 0 and parts > len(peers):
-        raise ValueError(f"reduce_scatter_phase: {parts} parts but {len(peers)} blocks")
+        raise DslError(f"reduce_scatter_phase of rank {me.rank}: {parts} parts but {len(peers)} blocks "
+                       "(one per peer)")
+    slot = slot_of(me.rank) * parts
     for tb, p in enumerate(peers):
-        start = slot_of(me.rank) * parts
-        channels[p].put(Rank(p).scratch()[start:start + parts], me.input[chunk_of(p) * parts:(chunk_of(p) + 1) * parts],
-                        tb=tb, signal=True)
+        part = chunk_of(p) * parts
+        channels[p].put(Rank(p).scratch()[slot:slot + parts], me.input[part:part + parts], tb=tb, signal=True)
         channels[p].wait(tb=tb)
     meet(me, peers)
     for j in range(parts):
