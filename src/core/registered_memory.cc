@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <utility>
 #include <cstring>
 
 #include "base/cu_driver.hpp"
@@ -98,6 +99,10 @@ void LocalRegistry::remove(uint64_t id) noexcept {
   ProcessDirectory::instance().erase(id);
 }
 
+LocalRegistry::Entry* LocalRegistry::liveEntry(uint64_t id) {
+  return const_cast<Entry*>(std::as_const(*this).liveEntry(id));
+}
+
 const LocalRegistry::Entry* LocalRegistry::liveEntry(uint64_t id) const {
   auto it = live_.find(id);
   if (it == live_.end() || it->second.revoked) return nullptr;
@@ -118,12 +123,12 @@ size_t LocalRegistry::liveCount() const {
 
 void LocalRegistry::share(uint64_t id, int peer, const std::string& context) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(id);
-  if (it == live_.end() || it->second.revoked) {
+  Entry* e = liveEntry(id);
+  if (e == nullptr) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, context, ": memory id ", id,
                    " is not a live registration of this communicator (rank ", rank_, ")");
   }
-  std::vector<int>& peers = it->second.peers;
+  std::vector<int>& peers = e->peers;
   if (std::find(peers.begin(), peers.end(), peer) == peers.end()) peers.push_back(peer);
 }
 
@@ -134,7 +139,7 @@ RegistrationLease LocalRegistry::lease(uint64_t id, int peer, uint64_t offset, u
     MESHCOMM_THROW(ErrorCode::RemoteError, "rank ", rank_, ": ", op, " from peer ", peer, " into memory id ",
                    id, " (range [", offset, ", +", bytes, " bytes)): ", why...);
   };
-  const Entry* e = liveEntry(id);
+  Entry* e = liveEntry(id);
   if (e == nullptr) refuse("the id is not registered on this rank");
   if (std::find(e->peers.begin(), e->peers.end(), peer) == e->peers.end()) {
     refuse("this rank never sent that memory to peer ", peer);
@@ -142,7 +147,7 @@ RegistrationLease LocalRegistry::lease(uint64_t id, int peer, uint64_t offset, u
   if (!internal::rangeWithin(offset, bytes, e->view.size)) {
     refuse("the range exceeds the registration's ", e->view.size, " bytes");
   }
-  ++live_.at(id).leases;
+  ++e->leases;
   return RegistrationLease(this, id, peer, op, static_cast<char*>(e->view.ptr) + offset, e->view.kind);
 }
 
@@ -157,8 +162,7 @@ void LocalRegistry::endLease(uint64_t id) noexcept {
 
 bool LocalRegistry::isRevoked(uint64_t id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = live_.find(id);
-  return it == live_.end() || it->second.revoked;
+  return liveEntry(id) == nullptr;
 }
 
 std::optional<internal::LocalMemoryView> LocalRegistry::matching(const MemoryDescriptor& d,

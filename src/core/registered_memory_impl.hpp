@@ -154,6 +154,7 @@ class LocalRegistry {
   };
   // The entry of a live registration that is not being deregistered, or nullptr (requires mu_).
   const Entry* liveEntry(uint64_t id) const;
+  Entry* liveEntry(uint64_t id);
   // The entry `d` describes if it is live and was sent to `receiver`, else nullptr (takes mu_).
   std::optional<internal::LocalMemoryView> matching(const MemoryDescriptor& d, int receiver) const;
   void endLease(uint64_t id) noexcept;
