@@ -116,27 +116,49 @@ struct Executor {
     return true;
   }
 
-  // dst = operands[0] (op) operands[1] ... over `bytes`; operand k is data (spans) or packets (pk).
-  MESHCOMM_DEVICE_INLINE bool reduceInto(const Span& dst, const Span* srcs, int numSrcs,
-                                         LL16Packet* const* packets, int numPackets, uint64_t bytes) {
+  // The packet operands of a reduction, reduced in the listed order. When their chunks lie within
+  // reduction::kMaxRanks consecutive chunks (`together`: rows[p] = chunk - the lowest), one gatherPacksLL per
+  // pack polls all of them, so every peer's packet is in flight at once; otherwise one gather per operand.
+  struct PacketOperands {
+    const LL16Packet* bases[kMaxOperands];  // each operand's packet chunk (this launch's half)
+    int rows[kMaxOperands];
+    int count = 0;
+    bool together = false;
+    const LL16Packet* rowBase = nullptr;  // the lowest operand chunk
+    uint64_t slotPackets = 0;             // packets per scratch chunk
+    uint32_t rowMask = 0;
+  };
+
+  // Pack j of every packet operand into got (operand p's value at got.vals[row(p)]); false on timeout.
+  MESHCOMM_DEVICE_INLINE bool gatherOperands(const PacketOperands& pk, uint64_t j, int p,
+                                             reduction::GatherPacksPoll& got) {
     bool ok = true;
-    const uint32_t dstAlign = alignClass(dst.ptr);
-    if (numSrcs + numPackets == 1) {  // one operand: its bytes as they are (no conversion through Acc)
-      for (uint64_t j = threadIdx.x; j < packsOf(bytes); j += blockDim.x) {
-        uint4 x;
-        if (numSrcs == 1) {
-          x = loadPack(srcs[0].ptr, j, bytes, alignClass(srcs[0].ptr));
-        } else {
-          const reduction::GatherPacksPoll got =
-              reduction::gatherPacksLL(packets[0], 0, j, 1u, ep.flag, ctx, ok);
-          if (!ok) return false;
-          x = got.vals[0];
-        }
-        storePack(dst.ptr, j, bytes, dstAlign, x);
-      }
-      return ok;
+    if (pk.together) {
+      if (p == 0) got = reduction::gatherPacksLL(pk.rowBase, pk.slotPackets, j, pk.rowMask, ep.flag, ctx, ok);
+    } else {
+      got = reduction::gatherPacksLL(pk.bases[p], 0, j, 1u, ep.flag, ctx, ok);
     }
+    return ok;
+  }
+  MESHCOMM_DEVICE_INLINE int row(const PacketOperands& pk, int p) const {
+    return pk.together ? pk.rows[p] : 0;
+  }
+
+  // dst = operands[0] (op) operands[1] ... over `bytes`: the data spans, then the packet operands.
+  MESHCOMM_DEVICE_INLINE bool reduceInto(const Span& dst, const Span* srcs, int numSrcs,
+                                         const PacketOperands& pk, uint64_t bytes) {
+    const uint32_t dstAlign = alignClass(dst.ptr);
     for (uint64_t j = threadIdx.x; j < packsOf(bytes); j += blockDim.x) {
+      reduction::GatherPacksPoll got;
+      if (numSrcs + pk.count == 1) {  // one operand: its bytes as they are (no conversion through Acc)
+        if (numSrcs == 1) {
+          storePack(dst.ptr, j, bytes, dstAlign, loadPack(srcs[0].ptr, j, bytes, alignClass(srcs[0].ptr)));
+          continue;
+        }
+        if (!gatherOperands(pk, j, 0, got)) return false;
+        storePack(dst.ptr, j, bytes, dstAlign, got.vals[row(pk, 0)]);
+        continue;
+      }
       typename device::Reducer<D, Op>::Accs acc;
       int k = 0;
       for (; k < numSrcs; ++k) {
@@ -147,19 +169,17 @@ struct Executor {
           red.accumulatePrescaled(acc, x);
         }
       }
-      for (int p = 0; p < numPackets; ++p, ++k) {
-        const reduction::GatherPacksPoll got =
-            reduction::gatherPacksLL(packets[p], 0, j, 1u, ep.flag, ctx, ok);
-        if (!ok) return false;
+      for (int p = 0; p < pk.count; ++p, ++k) {
+        if (!gatherOperands(pk, j, p, got)) return false;
         if (k == 0) {
-          red.firstPrescaled(acc, got.vals[0]);
+          red.firstPrescaled(acc, got.vals[row(pk, p)]);
         } else {
-          red.accumulatePrescaled(acc, got.vals[0]);
+          red.accumulatePrescaled(acc, got.vals[row(pk, p)]);
         }
       }
       storePack(dst.ptr, j, bytes, dstAlign, red.finish(acc));
     }
-    return ok;
+    return true;
   }
 
   MESHCOMM_DEVICE_INLINE bool reduce(const OpRecord& op, const RefRecord* refs) {
@@ -167,7 +187,7 @@ struct Executor {
     Span spans[kMaxOperands + 1];
     const int count = 1 + op.numSrcs;
     for (int i = 0; i < count; ++i) spans[i] = spanOf(a, me, refs[i]);
-    return reduceInto(spans[0], spans + 1, op.numSrcs, nullptr, 0, opBytes(spans, refs, count));
+    return reduceInto(spans[0], spans + 1, op.numSrcs, PacketOperands{}, opBytes(spans, refs, count));
   }
 
   // reduce_packets and unpack_packets, chunk by chunk: dst chunk i = srcs chunk i (op) packet chunks i.
@@ -177,17 +197,33 @@ struct Executor {
     const int numSrcs = unpack ? 0 : op.numSrcs;
     const int numPackets = unpack ? 1 : op.numPackets;
     const RefRecord* packetRefs = refs + 1 + numSrcs;
+    PacketOperands pk;
+    pk.count = numPackets;
+    pk.slotPackets = a.packetChunkBytes / sizeof(LL16Packet);
     for (uint32_t i = 0; i < refs[0].size; ++i) {
       RefRecord chunk[kMaxOperands + 1];
       Span spans[kMaxOperands + 1];
-      LL16Packet* packets[kMaxOperands];
       chunk[0] = chunkOf(refs[0], i);
       for (int k = 0; k < numSrcs; ++k) chunk[1 + k] = chunkOf(refs[1 + k], i);
       for (int k = 0; k <= numSrcs; ++k) spans[k] = spanOf(a, me, chunk[k]);
-      for (int p = 0; p < numPackets; ++p) packets[p] = packetsOf(a, me, packetRefs[p].index + i, ep.half);
+      uint64_t lowest = ~0ull, highest = 0;
+      for (int p = 0; p < numPackets; ++p) {
+        const uint64_t c = packetRefs[p].index + i;
+        pk.bases[p] = packetsOf(a, me, c, ep.half);
+        lowest = min(lowest, c);
+        highest = max(highest, c);
+      }
+      pk.together = numPackets > 0 && highest - lowest < static_cast<uint64_t>(reduction::kMaxRanks);
+      if (pk.together) {
+        pk.rowBase = pk.bases[0] - (packetRefs[0].index + i - lowest) * pk.slotPackets;
+        pk.rowMask = 0;
+        for (int p = 0; p < numPackets; ++p) {
+          pk.rows[p] = static_cast<int>(packetRefs[p].index + i - lowest);
+          pk.rowMask |= 1u << pk.rows[p];
+        }
+      }
       // The packet chunks only bound the count (c elements); the data chunks decide it.
-      const uint64_t bytes = opBytes(spans, chunk, 1 + numSrcs);
-      if (!reduceInto(spans[0], spans + 1, numSrcs, packets, numPackets, bytes)) return false;
+      if (!reduceInto(spans[0], spans + 1, numSrcs, pk, opBytes(spans, chunk, 1 + numSrcs))) return false;
     }
     return true;
   }

@@ -32,6 +32,20 @@ struct alignas(16) LL16Packet {
                  : "memory");
     return f1 == flag && f2 == flag;
   }
+  // The 16 bytes {data1, flag1, data2, flag2} of one volatile load, checked later with holds(): several such
+  // loads issue back to back (nothing waits on a result in between), so their latencies overlap.
+  MESHCOMM_DEVICE_INLINE uint4 load() const {
+    uint4 w;
+    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+                 : "l"(this)
+                 : "memory");
+    return w;
+  }
+  // True when a load() saw both flags equal `flag` (then its data1 = w.x and data2 = w.z are valid).
+  MESHCOMM_DEVICE_INLINE static bool holds(const uint4& w, uint32_t flag) {
+    return w.y == flag && w.w == flag;
+  }
 #endif
 };
 

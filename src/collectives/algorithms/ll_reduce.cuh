@@ -86,9 +86,11 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(RegionCallArgs a) 
   char* out = a.output + (M == LLMode::TwoShot ? seg.start(me) : 0);
   bool ok = true;
   for (uint64_t j = range.begin + threadIdx.x; j < range.end && j < seg.packs(me); j += blockDim.x) {
+    // The own input is loaded before the poll, so it is in a register when the peers' packets arrive.
+    const uint4 own = loadPack(ownIn, j, ownLen, alignClass(ownIn));
     const GatherPacksPoll got = gatherPacksLL(area(me, 0), slotPackets, j, peersMask, ep.flag, ctx, ok);
     if (!ok) break;
-    const uint4 r = reduceRankOrder(red, got.vals, loadPack(ownIn, j, ownLen, alignClass(ownIn)), me, n);
+    const uint4 r = reduceRankOrder(red, got.vals, own, me, n);
     storePack(out, j, ownLen, alignClass(out), r);
     if constexpr (M == LLMode::TwoShot) {
       for (int i = 0; i < n - 1; ++i)

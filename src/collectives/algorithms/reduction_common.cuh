@@ -164,9 +164,13 @@ MESHCOMM_DEVICE_INLINE void writePackLL(LL16Packet* packets, uint64_t pack, cons
   packets[packPacketIndex(pack, 1)].write(v.z, v.w, flag);
 }
 
-// One poll of gatherPacksLL: reads every still-missing packet once (all loads issued together, so the
-// peers' latencies overlap). Holds the values itself (no references to arrays) so they stay in registers.
+// One poll of gatherPacksLL: reads every still-missing packet once. The ranks go in waves of kPollWave: a
+// wave's loads are chosen from the pending set as it was at the wave's start and all issued before any flag
+// is checked, so they are in flight together (one L2/NVLink round trip per wave, not one per packet); the
+// wave bounds the registers the loads hold (4 words a packet). Holds the values itself (no references to
+// arrays) so they stay in registers.
 struct GatherPacksPoll {
+  static constexpr int kPollWave = 4;  // ranks per wave: up to 8 packets in flight
   uint4 vals[kMaxRanks];
   const LL16Packet* base;
   uint64_t slotPackets;
@@ -177,18 +181,29 @@ struct GatherPacksPoll {
 
   MESHCOMM_DEVICE_INLINE bool operator()(uint64_t& seen) {
 #pragma unroll
-    for (int r = 0; r < kMaxRanks; ++r) {
-      const LL16Packet* row = base + r * slotPackets;
-      uint32_t a, b;
-      if ((pending & (1u << (2 * r))) && row[packPacketIndex(pack, 0)].tryRead(flag, a, b)) {
-        vals[r].x = a;
-        vals[r].y = b;
-        pending &= ~(1u << (2 * r));
+    for (int w = 0; w < kMaxRanks; w += kPollWave) {
+      const uint32_t wanted = pending;
+      uint4 lo[kPollWave], hi[kPollWave];
+#pragma unroll
+      for (int i = 0; i < kPollWave; ++i) {
+        const int r = w + i;
+        const LL16Packet* row = base + r * slotPackets;
+        if (wanted & (1u << (2 * r))) lo[i] = row[packPacketIndex(pack, 0)].load();
+        if (wanted & (2u << (2 * r))) hi[i] = row[packPacketIndex(pack, 1)].load();
       }
-      if ((pending & (2u << (2 * r))) && row[packPacketIndex(pack, 1)].tryRead(flag, a, b)) {
-        vals[r].z = a;
-        vals[r].w = b;
-        pending &= ~(2u << (2 * r));
+#pragma unroll
+      for (int i = 0; i < kPollWave; ++i) {
+        const int r = w + i;
+        if ((wanted & (1u << (2 * r))) && LL16Packet::holds(lo[i], flag)) {
+          vals[r].x = lo[i].x;
+          vals[r].y = lo[i].z;
+          pending &= ~(1u << (2 * r));
+        }
+        if ((wanted & (2u << (2 * r))) && LL16Packet::holds(hi[i], flag)) {
+          vals[r].z = hi[i].x;
+          vals[r].w = hi[i].z;
+          pending &= ~(2u << (2 * r));
+        }
       }
     }
     seen = pending;
@@ -196,6 +211,7 @@ struct GatherPacksPoll {
     return pending == 0;
   }
 };
+static_assert(kMaxRanks % GatherPacksPoll::kPollWave == 0, "whole waves");
 
 // Spins until pack `pack` of every rank r in `mask` has arrived with `flag` in slot r
 // (slot r = base + r * slotPackets packets) and returns the values in poll.vals[r] (other entries zero).
