@@ -25,12 +25,10 @@ struct alignas(16) LL16Packet {
   }
   // One 16-byte volatile load; true when both flags equal `flag` (then the payload is valid).
   MESHCOMM_DEVICE_INLINE bool tryRead(uint32_t flag, uint32_t& v1, uint32_t& v2) const {
-    uint32_t f1, f2;
-    asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v1), "=r"(f1), "=r"(v2), "=r"(f2)
-                 : "l"(this)
-                 : "memory");
-    return f1 == flag && f2 == flag;
+    const uint4 w = load();
+    v1 = w.x;
+    v2 = w.z;
+    return holds(w, flag);
   }
   // The 16 bytes {data1, flag1, data2, flag2} of one volatile load, checked later with holds(): several such
   // loads issue back to back (nothing waits on a result in between), so their latencies overlap.
