@@ -50,8 +50,8 @@ std::vector<std::shared_ptr<PlanAlgorithm>> loadPlanDirectory(const std::string&
   for (const auto& path : planFiles(dir)) {
     auto plan = PlanAlgorithm::load(path.string());
     const auto [it, added] = fileOf.emplace(plan->name(), path.string());
-    MESHCOMM_REQUIRE(added, shown(dir), ": plan name '", plan->name(), "' in both '", it->second, "' and '",
-                     path.string(), "'");
+    MESHCOMM_REQUIRE(added, shown(dir), ": plan name '", plan->name(), "' in both ", quotedPath(it->second),
+                     " and ", quotedPath(path.string()));
     plans.push_back(std::move(plan));
   }
   return plans;
