@@ -42,6 +42,9 @@ class Communicator {
   Transport transportTo(int peer) const;
   // (pair) Connects to `peer`; both sides call connect(each other, tag).
   std::shared_ptr<Connection> connect(int peer, int tag);
+  // (pair) As connect(peer, tag) over the given transport: Tcp reaches any peer (on this host too, which is
+  // how a node boundary is emulated on one host); CudaIpc only a peer on this host. Both sides pass the same.
+  std::shared_ptr<Connection> connect(int peer, int tag, Transport transport);
 
   // Device error report (host-mapped) and the spin context device handles embed for waits on `peer`.
   SpinContext spinContext(int peer) const;

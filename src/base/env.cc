@@ -65,6 +65,10 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Directory of execution plans (*.json, written with meshcomm.dsl) that every communicator adds to its "
        "algorithms after the built-in ones, so MESHCOMM_ALGO_TABLE and MESHCOMM_ALGO can name them; every "
        "rank must find the same plans (checked at Comm creation)."},
+      {"MESHCOMM_EP_NODE_SIZE", EnvType::Int, "0",
+       "Ranks per node of meshcomm.ep's normal mode: nodes are blocks of this many consecutive ranks, "
+       "NVLink inside a node, PortChannels over TCP between nodes (a divisor of the group size; on one host "
+       "it emulates several nodes). 0: the nodes of the bootstrap's host ids."},
       {"MESHCOMM_ALGO", EnvType::String, "",
        "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "
        "forced algorithm that cannot run a call is an error."},

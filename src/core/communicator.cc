@@ -110,6 +110,8 @@ const char* deviceOpName(uint32_t op) {
       return "SendCountMismatch";
     case DeviceOp::EpOverflow:
       return "EpOverflow";
+    case DeviceOp::EpStagingOverflow:
+      return "EpStagingOverflow";
     case DeviceOp::EpBadExpert:
       return "EpBadExpert";
     case DeviceOp::EpDispatchWait:
@@ -292,6 +294,12 @@ void Communicator::Impl::checkDeviceError() const {
                    " would receive ", expected, " rows or tokens, its buffer holds ", observed,
                    " (nothing was written; give the Buffer more bytes)");
   }
+  if (op == static_cast<uint32_t>(DeviceOp::EpStagingOverflow)) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank,
+                   ": expert-parallel buffer too small to stage the rows for other nodes: this rank stages ",
+                   expected, " rows, its staging area holds ", observed,
+                   " (nothing was sent; give the Buffer more bytes: num_rdma_bytes adds to the region)");
+  }
   if (op == static_cast<uint32_t>(DeviceOp::EpBadExpert)) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": expert index ", static_cast<int64_t>(observed),
                    " outside [-1, ", expected, ") in topk_idx");
@@ -363,8 +371,15 @@ Transport Communicator::transportTo(int peer) const {
 
 std::shared_ptr<Connection> Communicator::connect(int peer, int tag) {
   impl_->checkPeer(peer, "connect");
+  return connect(peer, tag, impl_->transportTo(peer));
+}
+
+std::shared_ptr<Connection> Communicator::connect(int peer, int tag, Transport transport) {
+  impl_->checkPeer(peer, "connect");
   MESHCOMM_REQUIRE(tag >= 0, impl_->who(), ": connect to peer ", peer, ": negative tag ", tag);
-  switch (impl_->transportTo(peer)) {
+  MESHCOMM_REQUIRE(transport != Transport::CudaIpc || impl_->bootstrap->hostId(peer) == impl_->hostId,
+                   impl_->who(), ": connect to peer ", peer, ": CUDA IPC needs a peer on this host");
+  switch (transport) {
     case Transport::CudaIpc:
       return internal::makeCudaIpcConnection(*this, peer, tag);
     case Transport::Tcp:

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "ep/ep_kernels.cuh"
+#include "ep/network_channels.hpp"
 #include "ep/peer_regions.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
@@ -16,20 +17,28 @@ namespace meshcomm::ep {
 
 namespace {
 
-constexpr int kRegionTag = 0x3c00000 + 64;  // distinct from the collectives' and Window's exchange tags
+constexpr int kRegionTag = 0x3c00000 + 64;   // distinct from the collectives' and Window's exchange tags
+constexpr int kNetworkTag = kRegionTag + 1;  // and + 2 (NetworkChannels)
 
 }  // namespace
 
 class EpBuffer::Impl {
  public:
   Impl(Comm& comm, size_t bytes, int blocks)
-      : comm_(comm), rank_(comm.rank()), size_(comm.size()), bytes_(bytes), layout_(RegionLayout::of(bytes)) {
+      : comm_(comm),
+        rank_(comm.rank()),
+        size_(comm.size()),
+        bytes_(bytes),
+        nodeSize_(nodeSizeOf(comm)),
+        layout_(RegionLayout::of(bytes, nodeSize_ < size_)) {
     MESHCOMM_REQUIRE(bytes % 256 == 0 && bytes > layout_.headerBytes(), "rank ", rank_, ": EpBuffer: ", bytes,
                      " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
     CudaDeviceGuard guard(comm.cudaDevice());
     blocks_ = blocks;
     Communicator& c = comm.communicator();
     regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
+    network_ = std::make_unique<NetworkChannels>(comm, *regions_, nodeSize_, kNetworkTag);
+    networkState_ = GpuBuffer(sizeof(NetworkState));
     scratch_ = GpuBuffer(sizeof(int32_t) * (kMaxRanks * (kMaxRanks + 1) + 1));
     hostCounts_ = HostMappedBuffer(sizeof(HostCounts));
     std::memset(hostCounts_.host(), 0, sizeof(HostCounts));
@@ -46,6 +55,15 @@ class EpBuffer::Impl {
     view_.matrix = static_cast<int32_t*>(scratch_.data());
     view_.receivedRows = view_.matrix + kMaxRanks * (kMaxRanks + 1);
     view_.hostCounts = static_cast<HostCounts*>(hostCounts_.device());
+    view_.nodeSize = nodeSize_;
+    view_.net = network_->handles();
+    view_.netState = static_cast<NetworkState*>(networkState_.data());
+  }
+
+  // A failure recorded on this rank: a device error, or one of the network proxy.
+  void checkError() const {
+    comm_.checkError();
+    network_->checkError();
   }
 
   void checkShape(const Shape& s, const char* op) const {
@@ -65,9 +83,12 @@ class EpBuffer::Impl {
   Comm& comm_;
   const int rank_, size_;
   const size_t bytes_;
+  const int nodeSize_;
   const RegionLayout layout_;
   int blocks_ = 0;
   std::unique_ptr<PeerRegions> regions_;  // this rank's region and every peer's, mapped
+  std::unique_ptr<NetworkChannels> network_;
+  GpuBuffer networkState_;
   GpuBuffer scratch_;
   HostMappedBuffer hostCounts_;
   KernelView view_{};
@@ -99,6 +120,9 @@ size_t EpBuffer::bytes() const {
 }
 int EpBuffer::blocks() const {
   return impl_->blocks_;
+}
+int EpBuffer::nodeSize() const {
+  return impl_->nodeSize_;
 }
 void* EpBuffer::localData() const {
   return impl_->regions_->local() + impl_->layout_.rows;
@@ -132,7 +156,7 @@ void EpBuffer::layout(const int64_t* topkIdx, int tokens, const Shape& shape, co
 
 void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaStream_t stream) {
   const char* op = "dispatch";
-  impl_->comm_.checkError();  // a failure of an earlier call that no host wait saw raises here
+  impl_->checkError();  // a failure of an earlier call that no host wait saw raises here
   impl_->checkShape(shape, op);
   MESHCOMM_REQUIRE(in.tokens >= 0 && in.expertAlignment >= 1, "rank ", impl_->rank_, ": ", op, ": ",
                    in.tokens, " tokens, expert alignment ", in.expertAlignment);
@@ -155,7 +179,7 @@ ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(1);
   while (counts->tag != impl_->sends_) {
-    impl_->comm_.checkError();  // a peer that never sends its counts is a device timeout
+    impl_->checkError();  // a peer that never sends its counts is a device timeout
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeoutSec) {
       MESHCOMM_THROW(ErrorCode::Timeout, "rank ", impl_->rank_,
                      ": dispatch: the receive counts did not arrive within ", timeoutSec,
@@ -166,7 +190,7 @@ ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   // The send kernel reports a receive that does not fit (it then writes nothing) before it publishes the tag.
-  impl_->comm_.checkError();
+  impl_->checkError();
   ReceiveCounts r;
   r.rows = counts->rows;
   r.perLocalExpert.assign(impl_->localExperts_, 0);
@@ -189,7 +213,7 @@ void EpBuffer::dispatchReceive(const DispatchOutputs& out, const Shape& shape, c
 void EpBuffer::combine(const CombineInputs& in, const Shape& shape, const CombineOutputs& out,
                        cudaStream_t stream) {
   const char* op = "combine";
-  impl_->comm_.checkError();
+  impl_->checkError();
   impl_->checkShape(shape, op);
   MESHCOMM_REQUIRE(in.rows >= 0 && in.tokens >= 0, "rank ", impl_->rank_, ": ", op, ": ", in.rows, " rows, ",
                    in.tokens, " tokens");
@@ -206,7 +230,14 @@ void EpBuffer::combine(const CombineInputs& in, const Shape& shape, const Combin
     impl_->requirePointer(out.x, op, "combined_x");
   }
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
-  kernels::launchCombine(impl_->view_, in, shape, out, stream);
+  KernelView view = impl_->view_;
+  if (view.net) {  // no allocation here: a host thread's cudaFree would stall the proxy's copies
+    if (in.tokens > 0)
+      impl_->requirePointer(in.tokenRowIndex, op, "the token row index scratch (across nodes)");
+    kernels::launchTokenRowIndex(in.tokenInRank, in.tokens, impl_->size_, in.tokenRowIndex, stream);
+    view.tokenRowIndex = in.tokenRowIndex;
+  }
+  kernels::launchCombine(view, in, shape, out, stream);
 }
 
 }  // namespace meshcomm::ep

@@ -4,6 +4,8 @@
 // read it, so graph replays stay in step.
 #include <cuda_bf16.h>
 
+#include <cub/block/block_scan.cuh>
+
 #include <algorithm>
 
 #include "ep/ep_epoch.cuh"
@@ -36,6 +38,16 @@ __device__ bool awaitCount(const uint64_t* p, uint64_t expected, const SpinConte
 
 __device__ __forceinline__ uint64_t* counterAt(char* region, uint64_t offset, int index) {
   return reinterpret_cast<uint64_t*>(region + offset) + index;
+}
+
+// Counts one more stager (a block or a warp that has written its rows for a peer, ordered before this by the
+// caller's barrier) on a device counter that reaches `all` when the call's last stager arrives; true for
+// that last one, which then sees every stager's rows (fence, add, fence: release and acquire at GPU scope).
+__device__ __forceinline__ bool lastToStage(uint64_t* counter, uint64_t all) {
+  __threadfence();
+  const bool last = atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull) + 1 == all;
+  __threadfence();
+  return last;
 }
 
 // ---- layout --------------------------------------------------------------------------------------------
@@ -90,6 +102,34 @@ __device__ int countBefore(const bool* tokenInRank, int ranks, int d, int end) {
   return n;
 }
 
+// Block 0 of dispatchSend, across nodes: this rank's count row for each other node's rank d goes as plain
+// words (written to countsOut[d], then __syncthreads: the FIFO push orders this block's writes) in one put
+// with a signal into d's networkCounts[me]; then thread d waits for d's signal (acquire: d's row to this rank
+// has landed in networkCounts[d]) and writes the row into this rank's count packets as LL packets with this
+// call's flag, as a node peer would, so every block reads all rows alike. A row of this call from d also
+// means d has started this call, so its earlier use of the areas this rank puts into is over.
+__device__ void exchangeNetworkCounts(const KernelView& v, const DispatchInputs& in, int El, uint32_t flag) {
+  const int R = v.size, me = v.rank, countWords = R + El + 1;
+  for (int i = threadIdx.x; i < R * countWords; i += blockDim.x) {
+    const int d = i / countWords, w = i % countWords;
+    if (v.sameNode(d)) continue;
+    reinterpret_cast<int32_t*>(v.regions[me] + v.layout.countsOut + d * kCountRecordBytes)[w] =
+        countWord(in, R, El, d, w);
+  }
+  __syncthreads();
+  const int d = threadIdx.x;
+  if (d >= R || v.sameNode(d)) return;
+  PortChannelDeviceHandle ch = v.net[d];
+  ch.putWithSignal(v.layout.networkCounts + me * kCountRecordBytes,
+                   v.layout.countsOut + d * kCountRecordBytes, 4ull * countWords);
+  if (!ch.wait()) return;
+  const auto* row =
+      reinterpret_cast<const int32_t*>(v.regions[me] + v.layout.networkCounts + d * kCountRecordBytes);
+  auto* packets = reinterpret_cast<LL16Packet*>(v.regions[me] + v.layout.counts + d * kCountPacketBytes);
+  for (int p = 0; 2 * p < countWords; ++p)
+    packets[p].write(row[2 * p], 2 * p + 1 < countWords ? row[2 * p + 1] : 0, flag);
+}
+
 // Phase 1 (counts): block 0 sends this rank's count row to every destination as LL packets (flag: the epoch);
 // every block reads every source's row (acquire by flag) — a destination's row of this epoch also means it
 // has finished with its region's previous rows (its receive of the previous call ran before, on its stream).
@@ -103,15 +143,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int countWords = R + El + 1;
   const int countPackets = (countWords + 1) / 2;
   __shared__ int32_t M[kMaxRanks][kMaxRanks + 1];  // M[s][d]: tokens s sends d; M[s][R]: s's tokens
-  __shared__ int32_t offset[kMaxRanks], total[kMaxRanks];
-  __shared__ bool skip[kMaxRanks];
+  __shared__ int32_t offset[kMaxRanks], total[kMaxRanks], staged[kMaxRanks];
+  __shared__ bool skip[kMaxRanks], stagingFull;
 
   if (blockIdx.x == 0) {
     for (int i = threadIdx.x; i < R * countPackets; i += blockDim.x) {
       const int d = i / countPackets, p = i % countPackets;
+      if (!v.sameNode(d)) continue;
       auto* dst = reinterpret_cast<LL16Packet*>(v.regions[d] + v.layout.counts + me * kCountPacketBytes);
       dst[p].write(countWord(in, R, El, d, 2 * p), countWord(in, R, El, d, 2 * p + 1), flag);
     }
+    if (v.net) exchangeNetworkCounts(v, in, El, flag);
   }
   // Every block reads the words it needs of every source's row: the R token counts and the token count.
   for (int i = threadIdx.x; i < R * (R + 1); i += blockDim.x) {
@@ -137,6 +179,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     total[d] = sum;
     skip[d] = sum > capacity;
     if (skip[d] && blockIdx.x == 0) device::reportTimeout(v.spin[d], DeviceOp::EpOverflow, sum, capacity, 0);
+    // Rows for other nodes' ranks are staged in this rank's dispatch staging, by destination.
+    int before = 0;
+    for (int q = 0; q < d; ++q) before += v.sameNode(q) ? 0 : M[me][q];
+    staged[d] = before;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const int64_t all = staged[R - 1] + (v.sameNode(R - 1) ? 0 : M[me][R - 1]);
+    stagingFull = all * static_cast<int64_t>(rl.stride) > static_cast<int64_t>(v.layout.stagingBytes);
+    bool receiveTooLarge = false;  // reported above, and the more useful message
+    for (int q = 0; q < R; ++q) receiveTooLarge |= skip[q];
+    if (stagingFull && !receiveTooLarge && blockIdx.x == 0)
+      device::reportTimeout(v.spin[me], DeviceOp::EpStagingOverflow, all,
+                            static_cast<int64_t>(v.layout.stagingBytes / rl.stride), 0);
   }
   __syncthreads();
   if (blockIdx.x == 0) {
@@ -168,14 +224,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int parts = std::max(1, kWarps / R);
   const int d = warp % R, part = warp / R;
-  if (part < parts && !skip[d]) {
+  const bool remote = !v.sameNode(d);
+  if (part < parts && !skip[d] && !(remote && stagingFull)) {
     const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
     const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
     const int end = std::min(in.tokens, begin + chunk);
     const int sub = (end - begin + parts - 1) / parts;
     const int t0 = std::min(end, begin + part * sub), t1 = std::min(end, t0 + sub);
-    int row = offset[d] + countBefore(in.tokenInRank, R, d, t0);
-    char* rows = v.regions[d] + v.layout.rows;
+    int row = (remote ? staged[d] : offset[d]) + countBefore(in.tokenInRank, R, d, t0);
+    char* rows = remote ? v.regions[me] + v.layout.dispatchStaging : v.regions[d] + v.layout.rows;
     for (int base = t0; base < t1; base += 32) {
       const int t = base + lane;
       const bool selected = t < t1 && in.tokenInRank[static_cast<int64_t>(t) * R + d];
@@ -202,8 +259,25 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   __syncthreads();  // every warp's rows are written before the releases below
-  if (threadIdx.x < R)
-    device::redAddReleaseSys(counterAt(v.regions[threadIdx.x], v.layout.dispatchArrivals, me), 1);
+  if (threadIdx.x < R) {
+    const int q = threadIdx.x;
+    if (v.sameNode(q)) {
+      device::redAddReleaseSys(counterAt(v.regions[q], v.layout.dispatchArrivals, me), 1);
+    } else if (lastToStage(&v.netState->dispatchStaged[q], e * gridDim.x)) {
+      // Every block's rows for q are staged: one put to their final place in q's region, then the signal
+      // (unless staging failed: q's wait then times out rather than reading rows that were never sent). No
+      // flush: this rank rewrites the staging and its count row only in its next dispatch, after q's count
+      // row of that call, which q sends after this call's rows (read by the proxy before the signal) arrived.
+      PortChannelDeviceHandle ch = v.net[q];
+      const uint64_t bytes = skip[q] ? 0 : static_cast<uint64_t>(M[me][q]) * rl.stride;
+      if (!stagingFull) {
+        if (bytes > 0)
+          ch.put(v.layout.rows + static_cast<uint64_t>(offset[q]) * rl.stride,
+                 v.layout.dispatchStaging + static_cast<uint64_t>(staged[q]) * rl.stride, bytes);
+        ch.signal();
+      }
+    }
+  }
   endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
 }
 
@@ -217,6 +291,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ bool ok;
   if (threadIdx.x == 0) ok = true;
   __syncthreads();
+  if (v.net && blockIdx.x == 0 && threadIdx.x < R && !v.sameNode(threadIdx.x)) {
+    // Rows from another node's rank: its signal (acquire: the put has landed) stands for all its blocks.
+    PortChannelDeviceHandle ch = v.net[threadIdx.x];
+    if (ch.wait())
+      device::redAddReleaseSys(counterAt(v.regions[me], v.layout.dispatchArrivals, threadIdx.x), v.blocks);
+  }
   if (threadIdx.x < R) {
     if (!awaitCount(counterAt(v.regions[me], v.layout.dispatchArrivals, threadIdx.x), e * v.blocks,
                     v.spin[threadIdx.x]))
@@ -288,6 +368,73 @@ static_assert(kCombineSendWarps >= kMaxRanks, "every source needs a send warp ev
 // Rows a combine send warp writes before it publishes their flags with one system-scope fence.
 constexpr int kCombineRowsPerRelease = 4;
 
+// Rows this rank received from the sources before `s` that lie on other nodes (their combine staging
+// precedes s's in this rank's dispatch rows).
+__device__ int64_t stagedBefore(const KernelView& v, const CombineInputs& in, int s, int64_t received) {
+  const int R = v.size, me = v.rank;
+  int64_t n = 0;
+  for (int q = 0; q < s; ++q) {
+    if (v.sameNode(q)) continue;
+    const int64_t lo = q == 0 ? 0 : in.rankPrefix[(q - 1) * R + me];
+    n += max(int64_t{0}, min(received, static_cast<int64_t>(in.rankPrefix[q * R + me])) - lo);
+  }
+  return n;
+}
+
+// Acquire wait until the device counter `p` (this GPU) reaches `expected`; false on timeout or abort.
+__device__ bool awaitLocal(const uint64_t* p, uint64_t expected, const SpinContext& ctx, DeviceOp op) {
+  return device::spinUntil(
+      [&](uint64_t& seen) {
+        seen = device::loadAcquireSys(p);
+        return device::reached(seen, expected);
+      },
+      ctx, op, expected);
+}
+
+// A send warp's share of the rows for source s on another node (rows lo..hi of y, s's tokens in order): once
+// s's ready signal has arrived (relayed by the network waiter; s sends it after its previous combine, which
+// waited for this rank's previous rows, so the proxy has finished reading the staging), the `part`-th of
+// every `parts` rows, copied with the weights into this rank's combine staging (s's rows after those of
+// earlier remote sources). The warp that stages last puts the rows into s's slab for this rank (row k: s's
+// k-th token sent here) and signals; no flush (the next writer of the staging waits as this one did).
+__device__ void combineSendAcrossNodes(const KernelView& v, const CombineInputs& in, const Shape& shape,
+                                       uint64_t e, int64_t slabTokens, int s, int parts, int part, int64_t lo,
+                                       int64_t hi) {
+  const int R = v.size, me = v.rank, lane = threadIdx.x % 32;
+  const SlabLayout sl = SlabLayout::of(shape);
+  const int64_t received =
+      min(static_cast<int64_t>(in.rows), static_cast<int64_t>(in.rankPrefix[(R - 1) * R + me]));
+  const int64_t first = stagedBefore(v, in, s, received);
+  const int64_t rows = max(int64_t{0}, hi - lo);
+  if ((first + rows) * static_cast<int64_t>(sl.stride) > static_cast<int64_t>(v.layout.stagingBytes) ||
+      rows > slabTokens) {
+    if (lane == 0 && part == 0)
+      device::reportTimeout(v.spin[me], DeviceOp::EpStagingOverflow, first + rows,
+                            static_cast<int64_t>(v.layout.stagingBytes / sl.stride), 0);
+    return;  // s's wait for these rows times out: nothing is sent
+  }
+  const bool ready =
+      lane != 0 || awaitLocal(&v.netState->combineReady[s], e, v.spin[s], DeviceOp::EpCombineWait);
+  if (!__all_sync(0xffffffffu, ready)) return;  // timed out (reported): nothing is sent
+  __syncwarp();                                 // lane 0's acquire orders every lane's staging writes below
+  char* staging = v.regions[me] + v.layout.combineStaging + static_cast<uint64_t>(first) * sl.stride;
+  for (int64_t i = lo + part; i < hi; i += parts) {
+    char* dst = staging + static_cast<uint64_t>(i - lo) * sl.stride;
+    device::copy(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane, 32);
+    for (int k = lane; k < shape.topk; k += 32)
+      reinterpret_cast<float*>(dst + sl.weights)[k] =
+          in.topkWeights ? in.topkWeights[i * shape.topk + k] : 0.0f;
+  }
+  __syncwarp();
+  if (lane != 0 || !lastToStage(&v.netState->combineStaged[s], e * parts)) return;
+  PortChannelDeviceHandle ch = v.net[s];
+  if (rows > 0)
+    ch.put(v.layout.slabs + static_cast<uint64_t>(me) * slabTokens * sl.stride,
+           v.layout.combineStaging + static_cast<uint64_t>(first) * sl.stride,
+           static_cast<uint64_t>(rows) * sl.stride);
+  ch.signal();
+}
+
 // Send warp w (of all blocks' send warps): the rows received from source w % R, in order (token order), each
 // into the source's slab for this rank at the row's token index (weak stores); after every
 // kCombineRowsPerRelease rows, __syncwarp, then one lane's fence.acq_rel.sys and the rows' flags = epoch
@@ -303,6 +450,10 @@ __device__ void combineSend(const KernelView& v, const CombineInputs& in, const 
       min(static_cast<int64_t>(in.rows), static_cast<int64_t>(in.rankPrefix[(R - 1) * R + me]));
   const int64_t lo = s == 0 ? 0 : in.rankPrefix[(s - 1) * R + me];
   const int64_t hi = min(received, static_cast<int64_t>(in.rankPrefix[s * R + me]));
+  if (!v.sameNode(s)) {
+    combineSendAcrossNodes(v, in, shape, e, slabTokens, s, step, w / R, lo, hi);
+    return;
+  }
   char* slab = v.regions[s] + v.layout.slabs + static_cast<uint64_t>(me) * slabTokens * sl.stride;
   for (int64_t first = lo + w / R; first < hi; first += static_cast<int64_t>(kCombineRowsPerRelease) * step) {
     uint64_t* flags[kCombineRowsPerRelease];
@@ -348,10 +499,16 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
     const char* row[kMaxRanks];
 #pragma unroll
     for (int r = 0; r < kMaxRanks; ++r) {
+      const bool from = (ranks >> r) & 1u;
+      if (r < R && !v.sameNode(r)) {  // another node's rows: row k of its slab, after its put landed
+        const int64_t k = from ? v.tokenRowIndex[t * R + r] : 0;
+        row[r] = slabs + (static_cast<uint64_t>(r) * slabTokens + k) * sl.stride;
+        if (from && !awaitLocal(&v.netState->combineArrived[r], e, v.spin[r], DeviceOp::EpCombineWait))
+          return;
+        continue;
+      }
       row[r] = slabs + (static_cast<uint64_t>(r) * slabTokens + t) * sl.stride;
-      if (((ranks >> r) & 1u) &&
-          !awaitFlag(reinterpret_cast<const uint64_t*>(row[r] + sl.flag), e, v.spin[r]))
-        return;
+      if (from && !awaitFlag(reinterpret_cast<const uint64_t*>(row[r] + sl.flag), e, v.spin[r])) return;
     }
     for (int h = lane * 8; h < elems; h += 32 * 8) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -390,6 +547,17 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
   }
 }
 
+// The network waiter of a combine, one thread per rank r of another node: r's signals on the channel come in
+// the order r sends them, ready (r's slabs may be overwritten) then its rows; each wait (acquire) is relayed
+// to a device counter with a release store of the epoch, which the staging warp and the reduce warps read.
+__device__ void relayNetworkSignals(const KernelView& v, int r, uint64_t e) {
+  PortChannelDeviceHandle ch = v.net[r];
+  if (!ch.wait()) return;
+  device::storeReleaseSys(&v.netState->combineReady[r], e);
+  if (!ch.wait()) return;
+  device::storeReleaseSys(&v.netState->combineArrived[r], e);
+}
+
 // Sends and reduces at once (combineSend, combineReduce). First block 0 tells every source it may write into
 // this rank's slabs (an LL packet, flag: the epoch; this rank's previous combine, reductions included, has
 // finished), and every block waits for its destinations' packets. Slab rows are written once per call, so no
@@ -405,10 +573,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   __shared__ bool ok;
   if (threadIdx.x == 0) ok = true;
   if (blockIdx.x == 0 && threadIdx.x < R) {
-    reinterpret_cast<LL16Packet*>(v.regions[threadIdx.x] + v.layout.ready)[me].write(0, 0, flag);
+    if (v.sameNode(threadIdx.x))
+      reinterpret_cast<LL16Packet*>(v.regions[threadIdx.x] + v.layout.ready)[me].write(0, 0, flag);
+    else
+      PortChannelDeviceHandle(v.net[threadIdx.x]).signal();  // ready: my slabs may be overwritten
   }
   __syncthreads();
-  if (threadIdx.x < R) {
+  if (threadIdx.x < R && v.sameNode(threadIdx.x)) {
     const auto* ready = reinterpret_cast<const LL16Packet*>(v.regions[me] + v.layout.ready);
     uint32_t vals[2];
     if (device::awaitPacket(ready, threadIdx.x, flag, v.spin[threadIdx.x], vals) !=
@@ -417,6 +588,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
+  if (v.net && blockIdx.x == gridDim.x - 1 && warp == kWarps - 1 && threadIdx.x % 32 < R &&
+      !v.sameNode(threadIdx.x % 32))
+    relayNetworkSignals(v, threadIdx.x % 32, e);  // a reduce warp: no peer waits on its work
   if (warp < kCombineSendWarps) {
     if (ok) combineSend(v, in, shape, e, slabTokens, static_cast<int>(blockIdx.x) * kCombineSendWarps + warp);
   } else {
@@ -426,7 +600,35 @@ __global__ void __launch_bounds__(kThreads, 1)
   endEpoch(e, v.combineEpoch, v.combineStarted);
 }
 
+// One block: index[t][r] = the tokens before t that go to rank r (an exclusive scan of is_token_in_rank's
+// column r). Local memory only.
+constexpr int kScanThreads = 1024;
+__global__ void __launch_bounds__(kScanThreads)
+    tokenRowIndexKernel(const bool* tokenInRank, int tokens, int ranks, int32_t* index) {
+  using Scan = cub::BlockScan<int, kScanThreads>;
+  __shared__ typename Scan::TempStorage scratch;
+  for (int r = 0; r < ranks; ++r) {
+    int carry = 0;
+    for (int base = 0; base < tokens; base += kScanThreads) {
+      const int t = base + threadIdx.x;
+      const int in = t < tokens && tokenInRank[static_cast<int64_t>(t) * ranks + r] ? 1 : 0;
+      int before = 0, sum = 0;
+      Scan(scratch).ExclusiveSum(in, before, sum);
+      if (t < tokens) index[static_cast<int64_t>(t) * ranks + r] = carry + before;
+      carry += sum;
+      __syncthreads();  // scratch is reused by the next scan
+    }
+  }
+}
+
 }  // namespace
+
+void launchTokenRowIndex(const bool* tokenInRank, int tokens, int ranks, int32_t* index,
+                         cudaStream_t stream) {
+  if (tokens == 0) return;
+  tokenRowIndexKernel<<<1, kScanThreads, 0, stream>>>(tokenInRank, tokens, ranks, index);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
 
 void launchLayout(const int64_t* topkIdx, int tokens, const Shape& shape, int ranks, const SpinContext& spin,
                   const LayoutOutputs& out, cudaStream_t stream) {

@@ -16,6 +16,8 @@ void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Sha
                         cudaStream_t stream);
 void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
                            cudaStream_t stream);
+// Across nodes, before launchCombine: index[t][r] = token t's rank among this rank's tokens sent to r.
+void launchTokenRowIndex(const bool* tokenInRank, int tokens, int ranks, int32_t* index, cudaStream_t stream);
 void launchCombine(const KernelView& v, const CombineInputs& in, const Shape& shape,
                    const CombineOutputs& out, cudaStream_t stream);
 

@@ -2,8 +2,15 @@
 // value. Offsets are bytes from the region's base; the peers reach the same offsets in their mappings.
 //
 //   [dispatch arrivals: R x u64][ready packets: R x LL16]
-//   [count packets: R x kCountPacketBytes][dispatch rows ......][combine slabs: R x slabTokens x
-//   SlabLayout::stride]
+//   [count packets: R x kCountPacketBytes]([network counts: R x kCountRecordBytes][counts out: R x
+//   kCountRecordBytes], across nodes only)[dispatch rows ......][combine slabs: R x slabTokens x
+//   SlabLayout::stride]([dispatch staging][combine staging], across nodes only)
+//
+// Across nodes (docs/ep.md, "Internode") a count row arrives as plain words in `network counts` (put by the
+// source from its `counts out`); a dispatch stages the rows for other nodes' ranks, and a combine the rows
+// for other nodes' sources, in areas only this rank's proxy reads, and their puts land at the final places:
+// the destination's dispatch rows, or the source's slab for the sender, indexed by the token's rank among
+// those the source sent it.
 //
 // A dispatch row: [x: hiddenBytes][topkIdx: topk x i64][weights: topk x f32][scales: scales x f32][srcIdx:
 // i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32][flag: u64 at an 8-byte
@@ -14,6 +21,7 @@
 
 #include "meshcomm/device/device_error.hpp"
 #include "meshcomm/device/packet.hpp"
+#include "meshcomm/device/port_channel_device.hpp"
 #include "meshcomm/ep/ep_buffer.hpp"
 
 namespace meshcomm::ep {
@@ -27,6 +35,9 @@ constexpr uint64_t kCountPacketBytes =
 MESHCOMM_HOST_DEVICE_INLINE uint64_t align16(uint64_t v) {
   return (v + 15) / 16 * 16;
 }
+
+// One count row as plain words (kCountWords int32), the form it crosses the network in.
+constexpr uint64_t kCountRecordBytes = (kCountWords * 4 + 15) / 16 * 16;
 
 struct RowLayout {
   uint64_t stride, topkIdx, weights, scales, srcIdx;  // byte offsets inside one dispatch row
@@ -55,19 +66,30 @@ struct SlabLayout {
 };
 
 struct RegionLayout {
-  uint64_t dispatchArrivals = 0, ready = 0, counts = 0, rows = 0, rowsBytes = 0, slabs = 0, slabsBytes = 0;
+  uint64_t dispatchArrivals = 0, ready = 0, counts = 0, networkCounts = 0, countsOut = 0, rows = 0,
+           rowsBytes = 0, slabs = 0, slabsBytes = 0, dispatchStaging = 0, combineStaging = 0,
+           stagingBytes = 0;
 
-  static RegionLayout of(uint64_t bytes) {
+  // `network`: the group spans several nodes (the network count areas exist).
+  static RegionLayout of(uint64_t bytes, bool network) {
     RegionLayout l;
     l.dispatchArrivals = 0;
     l.ready = 8ull * kMaxRanks;
     l.counts = l.ready + sizeof(LL16Packet) * kMaxRanks;
-    const uint64_t header = (l.counts + kCountPacketBytes * kMaxRanks + 255) / 256 * 256;
+    l.networkCounts = l.counts + kCountPacketBytes * kMaxRanks;
+    l.countsOut = l.networkCounts + (network ? kCountRecordBytes * kMaxRanks : 0);
+    const uint64_t end = l.countsOut + (network ? kCountRecordBytes * kMaxRanks : 0);
+    const uint64_t header = (end + 255) / 256 * 256;
     const uint64_t rest = bytes > header ? bytes - header : 0;
+    // Across nodes a quarter of the data area stages network rows (half for dispatch, half for combine).
+    const uint64_t staging = network ? rest / 8 / 256 * 256 : 0;
     l.rows = header;
-    l.rowsBytes = rest / 2 / 256 * 256;
+    l.rowsBytes = (rest - 2 * staging) / 2 / 256 * 256;
     l.slabs = l.rows + l.rowsBytes;
-    l.slabsBytes = rest - l.rowsBytes;
+    l.slabsBytes = rest - 2 * staging - l.rowsBytes;
+    l.dispatchStaging = l.slabs + l.slabsBytes;
+    l.combineStaging = l.dispatchStaging + staging;
+    l.stagingBytes = staging;
     return l;
   }
   uint64_t headerBytes() const { return rows; }
@@ -80,6 +102,16 @@ struct HostCounts {
   int32_t rows;
   int32_t perLocalExpert[kMaxExperts];
   uint64_t tag;
+};
+
+// Device counters of the network paths (never reset; each call adds to them): per peer rank, the blocks
+// (dispatch) or warps (combine) that have staged their rows for it, and the combine epoch whose ready signal
+// and whose rows from it have arrived.
+struct NetworkState {
+  uint64_t dispatchStaged[kMaxRanks];
+  uint64_t combineStaged[kMaxRanks];
+  uint64_t combineReady[kMaxRanks];
+  uint64_t combineArrived[kMaxRanks];
 };
 
 // What the kernels take by value.
@@ -96,6 +128,14 @@ struct KernelView {
   int32_t* receivedRows;   // [1]
   HostCounts* hostCounts;  // device pointer of the host-mapped counts
   uint64_t hostTicket;     // dispatchSend: the tag it writes into hostCounts (set per launch)
+  // Across nodes: ranks r and q share a node iff r / nodeSize == q / nodeSize; regions[q] of another node's
+  // rank is never touched. net[q]: the PortChannel to q (null when the group is one node).
+  int nodeSize;
+  const PortChannelDeviceHandle* net;
+  NetworkState* netState;
+  const int32_t* tokenRowIndex;  // combine: [tokens][R], token t's rank among this rank's tokens sent to r
+
+  MESHCOMM_HOST_DEVICE_INLINE bool sameNode(int q) const { return rank / nodeSize == q / nodeSize; }
 };
 
 }  // namespace meshcomm::ep

@@ -2,6 +2,7 @@
 // tensors. meshcomm.ep.Buffer (Python) drives it with DeepEP's V1 API: it chooses the streams, allocates the
 // outputs and shares the UniqueId over the torch process group; this module checks tensors and launches.
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -282,8 +283,17 @@ class EpRuntime {
     in.bias0 = bias0 ? bias0->data_ptr() : nullptr;
     in.bias1 = bias1 ? bias1->data_ptr() : nullptr;
     c10::cuda::CUDAGuard guard(device_);
+    ep::EpBuffer& b = buffer(op);
+    at::Tensor rowIndex;
+    if (b.nodeSize() < b.size()) {
+      // Scratch from the caching allocator on the communication stream (stream-ordered reuse after this
+      // call).
+      c10::cuda::CUDAStreamGuard onComm(c10::cuda::getStreamFromExternal(asStream(stream), device_.index()));
+      rowIndex = at::empty({inRank.size(0), b.size()}, out.options().dtype(at::kInt));
+      in.tokenRowIndex = rowIndex.data_ptr<int32_t>();
+    }
     translateErrors([&] {
-      buffer(op).combine(in, shape, {out.data_ptr(), dataOf<float>(outWeights)}, asStream(stream));
+      b.combine(in, shape, {out.data_ptr(), dataOf<float>(outWeights)}, asStream(stream));
     });
   }
 
@@ -329,6 +339,7 @@ PYBIND11_MODULE(_torch_ep, m) {
       .def("low_latency_combine_source", &EpRuntime::lowLatencyCombineSource)
       .def("destroy", &EpRuntime::destroy)
       .def("local_data", &EpRuntime::localData, py::arg("dtype"), py::arg("offset"))
+      .def("node_size", [](EpRuntime& r) { return r.buffer("node_size").nodeSize(); })
       .def("dispatch_capacity", &EpRuntime::dispatchCapacity)
       .def("combine_capacity", &EpRuntime::combineCapacity)
       .def("layout", &EpRuntime::layout)

@@ -1,9 +1,10 @@
-// EpBuffer: expert-parallel dispatch and combine inside one NVLink node (docs/ep.md). Every rank of a Comm
-// owns one registered device region that every peer maps; dispatch writes each token once, straight to its
-// final row in each destination's region (rows by source rank, then source token: DeepEP's order), after an
-// epoch-tagged LL exchange of the token counts that also tells a sender that the destination has finished
-// with the region's previous contents; combine writes each expert output row back into the source's
-// per-sender slab, indexed by token, and the source sums its rows per token.
+// EpBuffer: expert-parallel dispatch and combine over NVLink inside a node and PortChannels between nodes
+// (docs/ep.md). Every rank of a Comm owns one registered device region that every node peer maps; dispatch
+// writes each token once, straight to its final row in each destination's region (rows by source rank, then
+// source token: DeepEP's order), after an epoch-tagged LL exchange of the token counts that also tells a
+// sender that the destination has finished with the region's previous contents; combine writes each expert
+// output row back into the source's per-sender slab, indexed by token, and the source sums its rows per
+// token. Across nodes the rows are staged and put over the network (docs/ep.md, "Internode").
 //
 // A dispatch is three calls on one stream: dispatchSend (counts, then rows; returns at once), optionally
 // waitReceiveCounts (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive
@@ -83,6 +84,9 @@ struct CombineInputs {
   const bool* tokenInRank = nullptr;   // [tokens][R] (its dispatch layout)
   const void* bias0 = nullptr;         // [tokens][hiddenBytes] bf16 or null
   const void* bias1 = nullptr;         // [tokens][hiddenBytes] bf16 or null
+  // Across nodes (nodeSize() < size()): [tokens][R] device scratch the combine fills before its kernel (each
+  // token's rank among this rank's tokens sent to each rank); unused, and may be null, inside one node.
+  int32_t* tokenRowIndex = nullptr;
 };
 
 struct CombineOutputs {
@@ -104,6 +108,10 @@ class EpBuffer {
   int size() const;
   size_t bytes() const;
   int blocks() const;
+  // Ranks per node (docs/ep.md, "Internode"): the group's size inside one node; smaller when the group spans
+  // nodes (MESHCOMM_EP_NODE_SIZE, or the bootstrap's host ids), whose ranks are then reached over the
+  // network.
+  int nodeSize() const;
   // This rank's data area (device memory): the rows dispatch receives into, then the combine slabs; the
   // protocol's counters and packets lie before it. What a dispatch or combine leaves there is overwritten
   // by the next one (DeepEP's get_local_buffer_tensor).
