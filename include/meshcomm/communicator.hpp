@@ -64,6 +64,10 @@ class Communicator {
     uint64_t* devicePtr() const;
   };
   Token allocateToken();
+  // As allocateToken, in pinned host memory the GPU reads through its mapping (zero). A TCP connection's
+  // receiver thread sets such a token with a CPU store, queuing no GPU work, so a host-signalled semaphore
+  // never waits behind the application's GPU work (streams beyond CUDA's hardware queues share them).
+  Token allocateHostToken();
   // Allocates a zeroed 8-byte device-local counter (never shared).
   uint64_t* allocateCounter();
 

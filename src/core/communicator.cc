@@ -158,7 +158,8 @@ Communicator::Impl::~Impl() {
   }
   try {
     std::lock_guard<std::mutex> lock(poolMu_);
-    tokenChunks_.clear();  // chunks still held by semaphores stay alive until those go
+    deviceTokens_.chunks.clear();  // chunks still held by semaphores stay alive until those go
+    hostTokens_.chunks.clear();
     counterChunks_.clear();
   } catch (...) {
   }
@@ -222,18 +223,34 @@ Transport Communicator::Impl::transportTo(int peer) const {
   return bootstrap->hostId(peer) == hostId ? Transport::CudaIpc : Transport::Tcp;
 }
 
-Communicator::Token Communicator::Impl::allocateToken() {
+Communicator::Token Communicator::Impl::allocateFrom(TokenPool& pool, bool hostMapped) {
   std::lock_guard<std::mutex> lock(poolMu_);
-  if (tokenChunks_.empty() || tokensUsed_ == kSlotsPerChunk) {
+  if (pool.chunks.empty() || pool.used == kSlotsPerChunk) {
     CudaDeviceGuard guard(device);
-    auto buffer = std::make_shared<GpuBuffer>(kPoolChunkBytes, GpuMemoryKind::CudaMalloc);
-    void* p = buffer->data();
-    RegisteredMemory chunk = registerMemory(p, kPoolChunkBytes, std::move(buffer));
-    tokenChunks_.push_back(std::move(chunk));
-    tokensUsed_ = 0;
+    void* p = nullptr;
+    std::shared_ptr<void> owner;
+    if (hostMapped) {
+      auto buffer = std::make_shared<HostMappedBuffer>(kPoolChunkBytes);  // zeroed; host == device address
+      p = buffer->host();
+      owner = std::move(buffer);
+    } else {
+      auto buffer = std::make_shared<GpuBuffer>(kPoolChunkBytes, GpuMemoryKind::CudaMalloc);
+      p = buffer->data();
+      owner = std::move(buffer);
+    }
+    pool.chunks.push_back(registerMemory(p, kPoolChunkBytes, std::move(owner)));
+    pool.used = 0;
   }
-  const uint64_t offset = static_cast<uint64_t>(tokensUsed_++) * sizeof(uint64_t);
-  return Communicator::Token{tokenChunks_.back(), offset};
+  const uint64_t offset = static_cast<uint64_t>(pool.used++) * sizeof(uint64_t);
+  return Communicator::Token{pool.chunks.back(), offset};
+}
+
+Communicator::Token Communicator::Impl::allocateToken() {
+  return allocateFrom(deviceTokens_, false);
+}
+
+Communicator::Token Communicator::Impl::allocateHostToken() {
+  return allocateFrom(hostTokens_, true);
 }
 
 uint64_t* Communicator::Impl::allocateCounter() {
@@ -403,6 +420,9 @@ void Communicator::abortDeviceWaits() {
 
 Communicator::Token Communicator::allocateToken() {
   return impl_->allocateToken();
+}
+Communicator::Token Communicator::allocateHostToken() {
+  return impl_->allocateHostToken();
 }
 uint64_t* Communicator::allocateCounter() {
   return impl_->allocateCounter();

@@ -18,26 +18,30 @@ namespace meshcomm::ep {
 namespace {
 
 constexpr int kRegionTag = 0x3c00000 + 64;   // distinct from the collectives' and Window's exchange tags
-constexpr int kNetworkTag = kRegionTag + 1;  // and + 2 (NetworkChannels)
+constexpr int kNetworkTag = kRegionTag + 1;  // .. + 3 (NetworkChannels)
 
 }  // namespace
 
 class EpBuffer::Impl {
  public:
-  Impl(Comm& comm, size_t bytes, int blocks)
+  Impl(Comm& comm, size_t bytes, int blocks, size_t networkBytes)
       : comm_(comm),
         rank_(comm.rank()),
         size_(comm.size()),
         bytes_(bytes),
         nodeSize_(nodeSizeOf(comm)),
-        layout_(RegionLayout::of(bytes, nodeSize_ < size_)) {
+        layout_(RegionLayout::of(bytes)) {
     MESHCOMM_REQUIRE(bytes % 256 == 0 && bytes > layout_.headerBytes(), "rank ", rank_, ": EpBuffer: ", bytes,
                      " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
     CudaDeviceGuard guard(comm.cudaDevice());
     blocks_ = blocks;
     Communicator& c = comm.communicator();
     regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
-    network_ = std::make_unique<NetworkChannels>(comm, *regions_, nodeSize_, kNetworkTag);
+    const size_t network = networkBytes > 0 ? networkBytes : bytes;
+    MESHCOMM_REQUIRE(nodeSize_ == size_ || network > NetworkLayout::of(0).headerBytes(), "rank ", rank_,
+                     ": EpBuffer: a network region of ", network, " bytes; more than ",
+                     NetworkLayout::of(0).headerBytes(), " are needed across nodes");
+    network_ = std::make_unique<NetworkChannels>(comm, nodeSize_, network, kNetworkTag);
     networkState_ = GpuBuffer(sizeof(NetworkState));
     scratch_ = GpuBuffer(sizeof(int32_t) * (kMaxRanks * (kMaxRanks + 1) + 1));
     hostCounts_ = HostMappedBuffer(sizeof(HostCounts));
@@ -57,6 +61,8 @@ class EpBuffer::Impl {
     view_.hostCounts = static_cast<HostCounts*>(hostCounts_.device());
     view_.nodeSize = nodeSize_;
     view_.net = network_->handles();
+    view_.network = network_->region();
+    view_.netLayout = NetworkLayout::of(network);
     view_.netState = static_cast<NetworkState*>(networkState_.data());
   }
 
@@ -96,8 +102,8 @@ class EpBuffer::Impl {
   int localExperts_ = 0;
 };
 
-EpBuffer::EpBuffer(Comm& comm, size_t bytes, int blocks)
-    : impl_(std::make_unique<Impl>(comm, bytes, blocks)) {}
+EpBuffer::EpBuffer(Comm& comm, size_t bytes, int blocks, size_t networkBytes)
+    : impl_(std::make_unique<Impl>(comm, bytes, blocks, networkBytes)) {}
 
 EpBuffer::~EpBuffer() {
   // Every peer must be done with this region before it goes: drain this GPU, then agree.

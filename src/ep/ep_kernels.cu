@@ -42,11 +42,12 @@ __device__ __forceinline__ uint64_t* counterAt(char* region, uint64_t offset, in
 
 // Counts one more stager (a block or a warp that has written its rows for a peer, ordered before this by the
 // caller's barrier) on a device counter that reaches `all` when the call's last stager arrives; true for
-// that last one, which then sees every stager's rows (fence, add, fence: release and acquire at GPU scope).
+// that last one, whose later FIFO push then covers every stager's rows (fence, add, fence at system scope:
+// the rows are in host memory the proxy reads).
 __device__ __forceinline__ bool lastToStage(uint64_t* counter, uint64_t all) {
-  __threadfence();
+  __threadfence_system();
   const bool last = atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull) + 1 == all;
-  __threadfence();
+  __threadfence_system();
   return last;
 }
 
@@ -103,9 +104,10 @@ __device__ int countBefore(const bool* tokenInRank, int ranks, int d, int end) {
 }
 
 // Block 0 of dispatchSend, across nodes: this rank's count row for each other node's rank d goes as plain
-// words (written to countsOut[d], then __syncthreads: the FIFO push orders this block's writes) in one put
-// with a signal into d's networkCounts[me]; then thread d waits for d's signal (acquire: d's row to this rank
-// has landed in networkCounts[d]) and writes the row into this rank's count packets as LL packets with this
+// words (written to the network region's countsOut[d], then __syncthreads: the FIFO push orders this block's
+// writes) in one put with a signal into d's countsIn[me]; then thread d waits for d's signal (acquire: d's
+// row to this rank has landed in countsIn[d]) and writes the row into this rank's count packets as LL packets
+// with this
 // call's flag, as a node peer would, so every block reads all rows alike. A row of this call from d also
 // means d has started this call, so its earlier use of the areas this rank puts into is over.
 __device__ void exchangeNetworkCounts(const KernelView& v, const DispatchInputs& in, int El, uint32_t flag) {
@@ -113,18 +115,18 @@ __device__ void exchangeNetworkCounts(const KernelView& v, const DispatchInputs&
   for (int i = threadIdx.x; i < R * countWords; i += blockDim.x) {
     const int d = i / countWords, w = i % countWords;
     if (v.sameNode(d)) continue;
-    reinterpret_cast<int32_t*>(v.regions[me] + v.layout.countsOut + d * kCountRecordBytes)[w] =
+    reinterpret_cast<int32_t*>(v.network + v.netLayout.countsOut + d * kCountRecordBytes)[w] =
         countWord(in, R, El, d, w);
   }
   __syncthreads();
   const int d = threadIdx.x;
   if (d >= R || v.sameNode(d)) return;
   PortChannelDeviceHandle ch = v.net[d];
-  ch.putWithSignal(v.layout.networkCounts + me * kCountRecordBytes,
-                   v.layout.countsOut + d * kCountRecordBytes, 4ull * countWords);
+  ch.putWithSignal(v.netLayout.countsIn + me * kCountRecordBytes,
+                   v.netLayout.countsOut + d * kCountRecordBytes, 4ull * countWords);
   if (!ch.wait()) return;
   const auto* row =
-      reinterpret_cast<const int32_t*>(v.regions[me] + v.layout.networkCounts + d * kCountRecordBytes);
+      reinterpret_cast<const int32_t*>(v.network + v.netLayout.countsIn + d * kCountRecordBytes);
   auto* packets = reinterpret_cast<LL16Packet*>(v.regions[me] + v.layout.counts + d * kCountPacketBytes);
   for (int p = 0; 2 * p < countWords; ++p)
     packets[p].write(row[2 * p], 2 * p + 1 < countWords ? row[2 * p + 1] : 0, flag);
@@ -187,12 +189,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x == 0) {
     const int64_t all = staged[R - 1] + (v.sameNode(R - 1) ? 0 : M[me][R - 1]);
-    stagingFull = all * static_cast<int64_t>(rl.stride) > static_cast<int64_t>(v.layout.stagingBytes);
+    stagingFull = all * static_cast<int64_t>(rl.stride) > static_cast<int64_t>(v.netLayout.stagingBytes);
+    // ... and the rows each remote destination receives from this rank must fit its network rows area.
+    for (int q = 0; q < R; ++q)
+      if (!v.sameNode(q) && (static_cast<int64_t>(offset[q]) + M[me][q]) * static_cast<int64_t>(rl.stride) >
+                                static_cast<int64_t>(v.netLayout.rowsBytes))
+        stagingFull = true;
     bool receiveTooLarge = false;  // reported above, and the more useful message
     for (int q = 0; q < R; ++q) receiveTooLarge |= skip[q];
     if (stagingFull && !receiveTooLarge && blockIdx.x == 0)
       device::reportTimeout(v.spin[me], DeviceOp::EpStagingOverflow, all,
-                            static_cast<int64_t>(v.layout.stagingBytes / rl.stride), 0);
+                            static_cast<int64_t>(v.netLayout.stagingBytes / rl.stride), 0);
   }
   __syncthreads();
   if (blockIdx.x == 0) {
@@ -232,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int sub = (end - begin + parts - 1) / parts;
     const int t0 = std::min(end, begin + part * sub), t1 = std::min(end, t0 + sub);
     int row = (remote ? staged[d] : offset[d]) + countBefore(in.tokenInRank, R, d, t0);
-    char* rows = remote ? v.regions[me] + v.layout.dispatchStaging : v.regions[d] + v.layout.rows;
+    char* rows = remote ? v.network + v.netLayout.dispatchStaging : v.regions[d] + v.layout.rows;
     for (int base = t0; base < t1; base += 32) {
       const int t = base + lane;
       const bool selected = t < t1 && in.tokenInRank[static_cast<int64_t>(t) * R + d];
@@ -272,8 +279,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint64_t bytes = skip[q] ? 0 : static_cast<uint64_t>(M[me][q]) * rl.stride;
       if (!stagingFull) {
         if (bytes > 0)
-          ch.put(v.layout.rows + static_cast<uint64_t>(offset[q]) * rl.stride,
-                 v.layout.dispatchStaging + static_cast<uint64_t>(staged[q]) * rl.stride, bytes);
+          ch.put(v.netLayout.rows + static_cast<uint64_t>(offset[q]) * rl.stride,
+                 v.netLayout.dispatchStaging + static_cast<uint64_t>(staged[q]) * rl.stride, bytes);
         ch.signal();
       }
     }
@@ -326,7 +333,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % 32;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
   for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < out.capacityRows; i += warps) {
-    const char* src = rows + static_cast<uint64_t>(i) * rl.stride;
+    // Rows from another node's rank landed at the same position in this rank's network region.
+    int s = 0;
+    for (int64_t end = v.matrix[me]; s < R - 1 && i >= end; end += v.matrix[s * (R + 1) + me]) ++s;
+    const char* src = (v.net && !v.sameNode(s) ? v.network + v.netLayout.rows : rows) +
+                      static_cast<uint64_t>(i) * rl.stride;
     if (i < received) {
       device::copy(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
       for (int k = lane; k < shape.topk; k += 32) {
@@ -406,18 +417,20 @@ __device__ void combineSendAcrossNodes(const KernelView& v, const CombineInputs&
       min(static_cast<int64_t>(in.rows), static_cast<int64_t>(in.rankPrefix[(R - 1) * R + me]));
   const int64_t first = stagedBefore(v, in, s, received);
   const int64_t rows = max(int64_t{0}, hi - lo);
-  if ((first + rows) * static_cast<int64_t>(sl.stride) > static_cast<int64_t>(v.layout.stagingBytes) ||
-      rows > slabTokens) {
+  const int64_t networkSlabTokens =
+      static_cast<int64_t>(v.netLayout.slabsBytes / (static_cast<uint64_t>(R) * sl.stride));
+  if ((first + rows) * static_cast<int64_t>(sl.stride) > static_cast<int64_t>(v.netLayout.stagingBytes) ||
+      rows > networkSlabTokens) {
     if (lane == 0 && part == 0)
       device::reportTimeout(v.spin[me], DeviceOp::EpStagingOverflow, first + rows,
-                            static_cast<int64_t>(v.layout.stagingBytes / sl.stride), 0);
+                            static_cast<int64_t>(v.netLayout.stagingBytes / sl.stride), 0);
     return;  // s's wait for these rows times out: nothing is sent
   }
   const bool ready =
       lane != 0 || awaitLocal(&v.netState->combineReady[s], e, v.spin[s], DeviceOp::EpCombineWait);
   if (!__all_sync(0xffffffffu, ready)) return;  // timed out (reported): nothing is sent
   __syncwarp();                                 // lane 0's acquire orders every lane's staging writes below
-  char* staging = v.regions[me] + v.layout.combineStaging + static_cast<uint64_t>(first) * sl.stride;
+  char* staging = v.network + v.netLayout.combineStaging + static_cast<uint64_t>(first) * sl.stride;
   for (int64_t i = lo + part; i < hi; i += parts) {
     char* dst = staging + static_cast<uint64_t>(i - lo) * sl.stride;
     device::copy(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane, 32);
@@ -429,8 +442,8 @@ __device__ void combineSendAcrossNodes(const KernelView& v, const CombineInputs&
   if (lane != 0 || !lastToStage(&v.netState->combineStaged[s], e * parts)) return;
   PortChannelDeviceHandle ch = v.net[s];
   if (rows > 0)
-    ch.put(v.layout.slabs + static_cast<uint64_t>(me) * slabTokens * sl.stride,
-           v.layout.combineStaging + static_cast<uint64_t>(first) * sl.stride,
+    ch.put(v.netLayout.slabs + static_cast<uint64_t>(me) * networkSlabTokens * sl.stride,
+           v.netLayout.combineStaging + static_cast<uint64_t>(first) * sl.stride,
            static_cast<uint64_t>(rows) * sl.stride);
   ch.signal();
 }
@@ -492,6 +505,8 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
   const int R = v.size, lane = threadIdx.x % 32;
   const SlabLayout sl = SlabLayout::of(shape);
   const char* slabs = v.regions[v.rank] + v.layout.slabs;
+  const int64_t networkSlabTokens =
+      static_cast<int64_t>(v.netLayout.slabsBytes / (static_cast<uint64_t>(R) * sl.stride));
   const int elems = shape.hiddenBytes / 2;  // bf16
   const int64_t all = static_cast<int64_t>(gridDim.x) * (kWarps - kCombineSendWarps);
   for (int64_t t = w; t < in.tokens; t += all) {
@@ -500,9 +515,10 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
 #pragma unroll
     for (int r = 0; r < kMaxRanks; ++r) {
       const bool from = (ranks >> r) & 1u;
-      if (r < R && !v.sameNode(r)) {  // another node's rows: row k of its slab, after its put landed
+      if (r < R && !v.sameNode(r)) {  // another node's rows: row k of its network slab, after its put landed
         const int64_t k = from ? v.tokenRowIndex[t * R + r] : 0;
-        row[r] = slabs + (static_cast<uint64_t>(r) * slabTokens + k) * sl.stride;
+        row[r] =
+            v.network + v.netLayout.slabs + (static_cast<uint64_t>(r) * networkSlabTokens + k) * sl.stride;
         if (from && !awaitLocal(&v.netState->combineArrived[r], e, v.spin[r], DeviceOp::EpCombineWait))
           return;
         continue;

@@ -2,19 +2,22 @@
 // value. Offsets are bytes from the region's base; the peers reach the same offsets in their mappings.
 //
 //   [dispatch arrivals: R x u64][ready packets: R x LL16]
-//   [count packets: R x kCountPacketBytes]([network counts: R x kCountRecordBytes][counts out: R x
-//   kCountRecordBytes], across nodes only)[dispatch rows ......][combine slabs: R x slabTokens x
-//   SlabLayout::stride]([dispatch staging][combine staging], across nodes only)
-//
-// Across nodes (docs/ep.md, "Internode") a count row arrives as plain words in `network counts` (put by the
-// source from its `counts out`); a dispatch stages the rows for other nodes' ranks, and a combine the rows
-// for other nodes' sources, in areas only this rank's proxy reads, and their puts land at the final places:
-// the destination's dispatch rows, or the source's slab for the sender, indexed by the token's rank among
-// those the source sent it.
+//   [count packets: R x kCountPacketBytes][dispatch rows ......][combine slabs: R x slabTokens x
+//   SlabLayout::stride]
 //
 // A dispatch row: [x: hiddenBytes][topkIdx: topk x i64][weights: topk x f32][scales: scales x f32][srcIdx:
 // i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32][flag: u64 at an 8-byte
 // offset], padded to 16 bytes; the flag holds the epoch of the combine that wrote the row.
+//
+// Across nodes (docs/ep.md, "Internode") each rank also has a network region in pinned host memory that its
+// GPU reads and writes through the mapping, and that only its proxy and TCP receiver touch on the host:
+//
+//   [count rows in: R x kCountRecordBytes][count rows out: R x kCountRecordBytes][dispatch staging]
+//   [combine staging][dispatch rows from other nodes][combine rows from other nodes: R x networkSlabTokens]
+//
+// Rows crossing the network go from a staging area to the receiver's network region, at the same row
+// positions as the device areas (dispatch: the receive order; combine: slab [sender][k], k the token's rank
+// among those the source sent the sender).
 #pragma once
 
 #include <cstdint>
@@ -66,33 +69,45 @@ struct SlabLayout {
 };
 
 struct RegionLayout {
-  uint64_t dispatchArrivals = 0, ready = 0, counts = 0, networkCounts = 0, countsOut = 0, rows = 0,
-           rowsBytes = 0, slabs = 0, slabsBytes = 0, dispatchStaging = 0, combineStaging = 0,
-           stagingBytes = 0;
+  uint64_t dispatchArrivals = 0, ready = 0, counts = 0, rows = 0, rowsBytes = 0, slabs = 0, slabsBytes = 0;
 
-  // `network`: the group spans several nodes (the network count areas exist).
-  static RegionLayout of(uint64_t bytes, bool network) {
+  static RegionLayout of(uint64_t bytes) {
     RegionLayout l;
     l.dispatchArrivals = 0;
     l.ready = 8ull * kMaxRanks;
     l.counts = l.ready + sizeof(LL16Packet) * kMaxRanks;
-    l.networkCounts = l.counts + kCountPacketBytes * kMaxRanks;
-    l.countsOut = l.networkCounts + (network ? kCountRecordBytes * kMaxRanks : 0);
-    const uint64_t end = l.countsOut + (network ? kCountRecordBytes * kMaxRanks : 0);
-    const uint64_t header = (end + 255) / 256 * 256;
+    const uint64_t header = (l.counts + kCountPacketBytes * kMaxRanks + 255) / 256 * 256;
     const uint64_t rest = bytes > header ? bytes - header : 0;
-    // Across nodes a quarter of the data area stages network rows (half for dispatch, half for combine).
-    const uint64_t staging = network ? rest / 8 / 256 * 256 : 0;
     l.rows = header;
-    l.rowsBytes = (rest - 2 * staging) / 2 / 256 * 256;
+    l.rowsBytes = rest / 2 / 256 * 256;
     l.slabs = l.rows + l.rowsBytes;
-    l.slabsBytes = rest - 2 * staging - l.rowsBytes;
-    l.dispatchStaging = l.slabs + l.slabsBytes;
-    l.combineStaging = l.dispatchStaging + staging;
-    l.stagingBytes = staging;
+    l.slabsBytes = rest - l.rowsBytes;
     return l;
   }
   uint64_t headerBytes() const { return rows; }
+};
+
+struct NetworkLayout {
+  uint64_t countsIn = 0, countsOut = 0, dispatchStaging = 0, combineStaging = 0, stagingBytes = 0, rows = 0,
+           rowsBytes = 0, slabs = 0, slabsBytes = 0;
+
+  static NetworkLayout of(uint64_t bytes) {
+    NetworkLayout l;
+    l.countsIn = 0;
+    l.countsOut = kCountRecordBytes * kMaxRanks;
+    const uint64_t header = (l.countsOut + kCountRecordBytes * kMaxRanks + 255) / 256 * 256;
+    const uint64_t rest = bytes > header ? bytes - header : 0;
+    l.stagingBytes =
+        rest / 8 / 256 * 256;  // an eighth each for the two stagings, the rest shared by the areas
+    l.dispatchStaging = header;
+    l.combineStaging = l.dispatchStaging + l.stagingBytes;
+    l.rows = l.combineStaging + l.stagingBytes;
+    l.rowsBytes = (rest - 2 * l.stagingBytes) / 2 / 256 * 256;
+    l.slabs = l.rows + l.rowsBytes;
+    l.slabsBytes = rest - 2 * l.stagingBytes - l.rowsBytes;
+    return l;
+  }
+  uint64_t headerBytes() const { return dispatchStaging; }
 };
 
 // This rank's received totals, written by the GPU into host-mapped memory (`tag` last: the host's ticket of
@@ -129,9 +144,12 @@ struct KernelView {
   HostCounts* hostCounts;  // device pointer of the host-mapped counts
   uint64_t hostTicket;     // dispatchSend: the tag it writes into hostCounts (set per launch)
   // Across nodes: ranks r and q share a node iff r / nodeSize == q / nodeSize; regions[q] of another node's
-  // rank is never touched. net[q]: the PortChannel to q (null when the group is one node).
+  // rank is never touched. net[q]: the PortChannel to q (null when the group is one node), between the
+  // ranks' network regions; `network`: this rank's (GPU address of the mapped host memory).
   int nodeSize;
   const PortChannelDeviceHandle* net;
+  char* network;
+  NetworkLayout netLayout;
   NetworkState* netState;
   const int32_t* tokenRowIndex;  // combine: [tokens][R], token t's rank among this rank's tokens sent to r
 

@@ -27,24 +27,33 @@ int nodeSizeOf(Comm& comm) {
   return nodeSize;
 }
 
-NetworkChannels::NetworkChannels(Comm& comm, const PeerRegions& regions, int nodeSize, int tag) {
+NetworkChannels::NetworkChannels(Comm& comm, int nodeSize, size_t bytes, int tag) {
   const int rank = comm.rank(), size = comm.size();
   if (nodeSize >= size) return;
   Communicator& c = comm.communicator();
+  CudaDeviceGuard guard(comm.cudaDevice());
   std::vector<int> remote;
   for (int p = 0; p < size; ++p)
     if (p / nodeSize != rank / nodeSize) remote.push_back(p);
-  for (int p : remote) connections_.push_back(c.connect(p, tag, Transport::Tcp));
+  region_ = HostMappedBuffer(bytes);  // zeroed
+  const RegisteredMemory own = c.registerMemory(region_.host(), bytes);
+  for (int p : remote) c.sendMemory(own, p, tag);
+  std::vector<RegisteredMemory> theirs;
+  for (int p : remote) {
+    theirs.push_back(c.recvMemory(p, tag));
+    MESHCOMM_REQUIRE(theirs.back().size() == bytes, "rank ", rank, ": meshcomm.ep: rank ", p,
+                     "'s network region has ", theirs.back().size(), " bytes, this rank's ", bytes,
+                     " (every rank must pass the same size)");
+  }
+  for (int p : remote) connections_.push_back(c.connect(p, tag + 1, Transport::Tcp));
   proxy_ = std::make_unique<ProxyService>(c);
-  const MemoryId own = proxy_->addMemory(regions.memory(rank));
+  const MemoryId ownId = proxy_->addMemory(own);
   std::vector<PortChannelDeviceHandle> handles(size);
   for (size_t i = 0; i < remote.size(); ++i) {
-    const SemaphoreId sem = proxy_->buildAndAddSemaphore(connections_[i], tag + 1);
-    handles[remote[i]] =
-        proxy_->portChannel(sem, proxy_->addMemory(regions.memory(remote[i])), own).deviceHandle();
+    const SemaphoreId sem = proxy_->buildAndAddSemaphore(connections_[i], tag + 2);
+    handles[remote[i]] = proxy_->portChannel(sem, proxy_->addMemory(theirs[i]), ownId).deviceHandle();
   }
   handles_ = GpuBuffer(sizeof(PortChannelDeviceHandle) * size);
-  CudaDeviceGuard guard(comm.cudaDevice());
   MESHCOMM_CUDA_CHECK(cudaMemcpy(handles_.data(), handles.data(), handles_.size(), cudaMemcpyHostToDevice));
   proxy_->startProxy();
 }

@@ -50,7 +50,7 @@ cudaStream_t asStream(int64_t stream) {
 class EpRuntime {
  public:
   EpRuntime(const py::bytes& uniqueId, int rank, int size, int device, int64_t bytes, int blocks,
-            int64_t lowLatencyBytes, int lowLatencyBlocks)
+            int64_t lowLatencyBytes, int lowLatencyBlocks, int64_t networkBytes)
       : rank_(rank), device_(at::kCUDA, static_cast<c10::DeviceIndex>(device)) {
     const std::string id = uniqueId;
     UniqueId uid;
@@ -63,7 +63,10 @@ class EpRuntime {
       CommConfig config;
       config.cudaDevice = device;
       comm_ = std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank, size, uid), config);
-      if (bytes > 0) buffer_ = std::make_unique<ep::EpBuffer>(*comm_, static_cast<size_t>(bytes), blocks);
+      if (bytes > 0) {
+        buffer_ = std::make_unique<ep::EpBuffer>(*comm_, static_cast<size_t>(bytes), blocks,
+                                                 static_cast<size_t>(networkBytes));
+      }
       if (lowLatencyBytes > 0) {
         lowLatency_ = std::make_unique<ep::LowLatencyBuffer>(*comm_, static_cast<size_t>(lowLatencyBytes),
                                                              lowLatencyBlocks);
@@ -331,9 +334,10 @@ PYBIND11_MODULE(_torch_ep, m) {
            }),
            py::arg("hidden_bytes"), py::arg("scales"), py::arg("topk"), py::arg("num_experts"));
   py::class_<EpRuntime>(m, "EpRuntime")
-      .def(py::init<const py::bytes&, int, int, int, int64_t, int, int64_t, int>(), py::arg("unique_id"),
-           py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("bytes"), py::arg("blocks"),
-           py::arg("low_latency_bytes"), py::arg("low_latency_blocks"))
+      .def(py::init<const py::bytes&, int, int, int, int64_t, int, int64_t, int, int64_t>(),
+           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("bytes"),
+           py::arg("blocks"), py::arg("low_latency_bytes"), py::arg("low_latency_blocks"),
+           py::arg("network_bytes"))
       .def("low_latency_dispatch", &EpRuntime::lowLatencyDispatch)
       .def("low_latency_combine", &EpRuntime::lowLatencyCombine)
       .def("low_latency_combine_source", &EpRuntime::lowLatencyCombineSource)

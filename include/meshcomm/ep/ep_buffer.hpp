@@ -99,7 +99,9 @@ class EpBuffer {
   // Collective over `comm`: registers `bytes` of device memory on every rank (the same size everywhere) and
   // maps every peer's. `blocks` is the launch size of the communicating kernels (the same everywhere; at
   // most the GPU's multiprocessors, so that every block is resident).
-  EpBuffer(Comm& comm, size_t bytes, int blocks = 24);
+  // Across nodes (nodeSize() < size()) each rank also allocates a network region of `networkBytes` of pinned
+  // host memory (0: `bytes`; the same everywhere) for the rows that cross the network.
+  EpBuffer(Comm& comm, size_t bytes, int blocks = 24, size_t networkBytes = 0);
   ~EpBuffer();
   EpBuffer(const EpBuffer&) = delete;
   EpBuffer& operator=(const EpBuffer&) = delete;

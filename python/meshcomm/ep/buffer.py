@@ -91,7 +91,7 @@ class Buffer:
                 "Buffer.get_low_latency_rdma_size_hint gives"
             )
         self.num_nvl_bytes = num_nvl_bytes
-        self.num_rdma_bytes = num_rdma_bytes  # the low-latency region, else added to the normal mode's region
+        self.num_rdma_bytes = num_rdma_bytes  # the low-latency region, else the network region across nodes
         self.low_latency_mode = low_latency_mode
         self.explicitly_destroy = explicitly_destroy
         self._device = torch.device("cuda", torch.cuda.current_device())
@@ -100,13 +100,15 @@ class Buffer:
         # rank 0's UniqueId through the group, then the collective construction of the region.
         box = [_torch_ep.create_unique_id(self.group_size) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
-        normal_bytes = num_nvl_bytes + (0 if low_latency_mode else num_rdma_bytes)
-        region_bytes = (normal_bytes + 255) // 256 * 256 if num_nvl_bytes > 0 else 0
+        region_bytes = (num_nvl_bytes + 255) // 256 * 256
+        # Across nodes: the network region (pinned host memory) is num_rdma_bytes, or num_nvl_bytes when 0.
+        network_bytes = (num_rdma_bytes if num_rdma_bytes > 0 and not low_latency_mode else num_nvl_bytes)
+        network_bytes = (network_bytes + 255) // 256 * 256
         low_latency_bytes = (num_rdma_bytes + 255) // 256 * 256 if low_latency_mode else 0
         sms = torch.cuda.get_device_properties(self._device).multi_processor_count
         self._runtime = _torch_ep.EpRuntime(
             box[0], self.rank, self.group_size, self._device.index, region_bytes, Buffer.num_sms,
-            low_latency_bytes, min(sms, _LOW_LATENCY_BLOCKS),
+            low_latency_bytes, min(sms, _LOW_LATENCY_BLOCKS), network_bytes,
         )
         # Ranks per node: the group's size inside one node (DeepEP's NVL ranks; its RDMA ranks are the nodes).
         self.num_nvl_ranks = self._runtime.node_size() if region_bytes > 0 else self.group_size
