@@ -107,9 +107,8 @@ __device__ int countBefore(const bool* tokenInRank, int ranks, int d, int end) {
 // words (written to the network region's countsOut[d], then __syncthreads: the FIFO push orders this block's
 // writes) in one put with a signal into d's countsIn[me]; then thread d waits for d's signal (acquire: d's
 // row to this rank has landed in countsIn[d]) and writes the row into this rank's count packets as LL packets
-// with this
-// call's flag, as a node peer would, so every block reads all rows alike. A row of this call from d also
-// means d has started this call, so its earlier use of the areas this rank puts into is over.
+// with this call's flag, as a node peer would, so every block reads all rows alike. A row of this call from d
+// also means d has started this call, so its earlier use of the areas this rank puts into is over.
 __device__ void exchangeNetworkCounts(const KernelView& v, const DispatchInputs& in, int El, uint32_t flag) {
   const int R = v.size, me = v.rank, countWords = R + El + 1;
   for (int i = threadIdx.x; i < R * countWords; i += blockDim.x) {
@@ -379,8 +378,8 @@ static_assert(kCombineSendWarps >= kMaxRanks, "every source needs a send warp ev
 // Rows a combine send warp writes before it publishes their flags with one system-scope fence.
 constexpr int kCombineRowsPerRelease = 4;
 
-// Rows this rank received from the sources before `s` that lie on other nodes (their combine staging
-// precedes s's in this rank's dispatch rows).
+// Rows this rank received from the sources before `s` that lie on other nodes (their rows precede s's in
+// this rank's combine staging).
 __device__ int64_t stagedBefore(const KernelView& v, const CombineInputs& in, int s, int64_t received) {
   const int R = v.size, me = v.rank;
   int64_t n = 0;
