@@ -2,6 +2,7 @@
 // counters and scratch, argument checks, and the launches of ep_kernels.cu.
 #include "meshcomm/ep/ep_buffer.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -28,6 +29,10 @@ class EpBuffer::Impl {
                      " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
     CudaDeviceGuard guard(comm.cudaDevice());
     blocks_ = blocks;
+    // A dispatch runs its send and receive kernels side by side on a quarter / three quarters split.
+    MESHCOMM_REQUIRE(blocks >= 2 && blocks - std::max(1, blocks / 4) <= kMaxSendBlocks, "rank ", rank_,
+                     ": EpBuffer: ", blocks, " blocks; 2 to ", kMaxSendBlocks + kMaxSendBlocks / 3,
+                     " are needed (a dispatch splits them between sending and receiving)");
     Communicator& c = comm.communicator();
     regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
     scratch_ = GpuBuffer(sizeof(int32_t) * (kMaxRanks * (kMaxRanks + 1) + 1));
@@ -39,9 +44,13 @@ class EpBuffer::Impl {
     view_.rank = rank_;
     view_.size = size_;
     view_.blocks = blocks_;
+    view_.receiveBlocks = std::max(1, blocks_ / 4);
     view_.dispatchEpoch = c.allocateCounter();
     view_.combineEpoch = c.allocateCounter();
     view_.dispatchStarted = c.allocateCounter();
+    view_.receiveEpoch = c.allocateCounter();
+    view_.receiveStarted = c.allocateCounter();
+    view_.countsEpoch = c.allocateCounter();
     view_.combineStarted = c.allocateCounter();
     view_.matrix = static_cast<int32_t*>(scratch_.data());
     view_.receivedRows = view_.matrix + kMaxRanks * (kMaxRanks + 1);

@@ -23,19 +23,15 @@ __device__ __forceinline__ uint32_t flagOf(uint64_t e) {
   return static_cast<uint32_t>((e - 1) % 0xFFFFFFFFull) + 1;
 }
 
-// Acquire wait until the counter at `p` (this rank's memory, added to by a peer with release) reaches
-// `expected`; false on timeout or abort (reported through ctx).
-__device__ bool awaitCount(const uint64_t* p, uint64_t expected, const SpinContext& ctx) {
+// Acquire wait until the counter at `p` (stored with release) reaches `expected`; false on timeout or abort
+// (reported through ctx as `op`).
+__device__ bool awaitCount(const uint64_t* p, uint64_t expected, const SpinContext& ctx, DeviceOp op) {
   return device::spinUntil(
       [&](uint64_t& seen) {
         seen = device::loadAcquireSys(p);
         return device::reached(seen, expected);
       },
-      ctx, DeviceOp::SemaphoreWait, expected);
-}
-
-__device__ __forceinline__ uint64_t* counterAt(char* region, uint64_t offset, int index) {
-  return reinterpret_cast<uint64_t*>(region + offset) + index;
+      ctx, op, expected);
 }
 
 // ---- layout --------------------------------------------------------------------------------------------
@@ -161,6 +157,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       v.hostCounts->rows = total[me];
       __threadfence_system();
       device::storeReleaseSys(&v.hostCounts->tag, v.hostTicket);
+      device::storeReleaseSys(v.countsEpoch, e);  // the receive kernel may now read the matrix
     }
   }
 
@@ -201,71 +198,99 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  __syncthreads();  // every warp's rows are written before the releases below
-  if (threadIdx.x < R)
-    device::redAddReleaseSys(counterAt(v.regions[threadIdx.x], v.layout.dispatchArrivals, me), 1);
+  __syncthreads();  // every warp's rows are written before the records below
+  // Warp d: this block's row range in d's rows (its tokens [begin, end) that go to d), published as the
+  // record [me][block] with one lane's system fence first (a release of every warp's rows, ordered by the
+  // barrier). Written also when nothing was sent (an empty range, or a skipped destination).
+  if (warp < R) {
+    const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
+    const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
+    const int end = std::min(in.tokens, begin + chunk);
+    const int first = offset[warp] + countBefore(in.tokenInRank, R, warp, begin);
+    const int last = skip[warp] ? first : offset[warp] + countBefore(in.tokenInRank, R, warp, end);
+    if (lane == 0) {
+      __threadfence_system();
+      reinterpret_cast<LL16Packet*>(v.regions[warp] + v.layout.records)[me * kMaxSendBlocks + blockIdx.x]
+          .write(static_cast<uint32_t>(first), static_cast<uint32_t>(last), flag);
+    }
+  }
   endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
 }
 
-// Waits (acquire) until every source's blocks have released their rows, then copies this rank's received rows
-// out of its region (plain loads after the acquire; the senders finished writing them) and fills the rest of
-// the outputs' rows with topkIdx -1 and weights 0.
-__global__ void __launch_bounds__(kThreads, 1)
-    dispatchReceiveKernel(KernelView v, DispatchOutputs out, Shape shape) {
-  const int R = v.size, me = v.rank;
-  const uint64_t e = *reinterpret_cast<const volatile uint64_t*>(v.dispatchEpoch);
-  __shared__ bool ok;
-  if (threadIdx.x == 0) ok = true;
-  __syncthreads();
-  if (threadIdx.x < R) {
-    if (!awaitCount(counterAt(v.regions[me], v.layout.dispatchArrivals, threadIdx.x), e * v.blocks,
-                    v.spin[threadIdx.x]))
-      ok = false;
+// Warp's copy of received row i (this rank's region, plain loads after the caller's acquire) into the
+// outputs.
+__device__ void copyReceivedRow(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
+                                const RowLayout& rl, int64_t i, int lane) {
+  const char* src = v.regions[v.rank] + v.layout.rows + static_cast<uint64_t>(i) * rl.stride;
+  device::copy(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
+  for (int k = lane; k < shape.topk; k += 32) {
+    if (out.topkIdx) out.topkIdx[i * shape.topk + k] = reinterpret_cast<const int64_t*>(src + rl.topkIdx)[k];
+    if (out.topkWeights)
+      out.topkWeights[i * shape.topk + k] = reinterpret_cast<const float*>(src + rl.weights)[k];
   }
+  for (int c = lane; c < shape.scales; c += 32)
+    out.scales[i * shape.scales + c] = reinterpret_cast<const float*>(src + rl.scales)[c];
+  if (lane == 0 && out.srcIdx) out.srcIdx[i] = *reinterpret_cast<const int32_t*>(src + rl.srcIdx);
+}
+
+// Runs beside the send kernel (another stream; it counts its calls on its own epoch, the same sequence as the
+// sends') or after it. Thread 0 waits (acquire) for the send kernel's count matrix of this call; the blocks
+// fill the outputs' rows past the received ones (topkIdx -1, weights 0, srcIdx -1) and block 0 writes the
+// rank prefix; then block j takes the records [s][b] (every source s, every send block b) numbered j, j +
+// gridDim.x, ...: thread 0 waits for the record's flag, fences (acquire: the sender fenced before writing
+// it), and the block's warps copy its rows out while later records are still arriving.
+__global__ void __launch_bounds__(kThreads, 1)
+    dispatchReceiveKernel(KernelView v, DispatchOutputs out, Shape shape, int sendBlocks) {
+  const int R = v.size, me = v.rank, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint64_t e = beginEpoch(v.receiveEpoch, v.receiveStarted);
+  const uint32_t flag = flagOf(e);
+  __shared__ bool ok;
+  __shared__ uint32_t range[2];
+  if (threadIdx.x == 0) ok = awaitCount(v.countsEpoch, e, v.spin[me], DeviceOp::EpDispatchWait);
   __syncthreads();
-  if (!ok) return;
   const RowLayout rl = RowLayout::of(shape);
   const int64_t capacity = static_cast<int64_t>(v.layout.rowsBytes / rl.stride);
-  const int64_t received = *v.receivedRows;
-  if (received > capacity || received > out.capacityRows) {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      device::reportTimeout(v.spin[me], DeviceOp::EpOverflow, received, std::min(capacity, out.capacityRows),
-                            0);
-    return;
-  }
-  if (blockIdx.x == 0) {
-    for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
-      const int src = i / R, dst = i % R;
-      int sum = 0;
-      for (int s = 0; s <= src; ++s) sum += v.matrix[s * (R + 1) + dst];
-      out.rankPrefix[i] = sum;
-    }
-    if (threadIdx.x == 0 && out.receivedRows) *out.receivedRows = static_cast<int>(received);
-  }
-  const char* rows = v.regions[me] + v.layout.rows;
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < out.capacityRows; i += warps) {
-    const char* src = rows + static_cast<uint64_t>(i) * rl.stride;
-    if (i < received) {
-      device::copy(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
-      for (int k = lane; k < shape.topk; k += 32) {
-        if (out.topkIdx)
-          out.topkIdx[i * shape.topk + k] = reinterpret_cast<const int64_t*>(src + rl.topkIdx)[k];
-        if (out.topkWeights)
-          out.topkWeights[i * shape.topk + k] = reinterpret_cast<const float*>(src + rl.weights)[k];
+  const int64_t received = ok ? *v.receivedRows : 0;
+  const bool proceed = ok && received <= capacity && received <= out.capacityRows;
+  if (ok && !proceed && blockIdx.x == 0 && threadIdx.x == 0)
+    device::reportTimeout(v.spin[me], DeviceOp::EpOverflow, received, std::min(capacity, out.capacityRows),
+                          0);
+  if (proceed) {
+    if (blockIdx.x == 0) {
+      for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
+        const int src = i / R, dst = i % R;
+        int sum = 0;
+        for (int s = 0; s <= src; ++s) sum += v.matrix[s * (R + 1) + dst];
+        out.rankPrefix[i] = sum;
       }
-      for (int c = lane; c < shape.scales; c += 32)
-        out.scales[i * shape.scales + c] = reinterpret_cast<const float*>(src + rl.scales)[c];
-      if (lane == 0 && out.srcIdx) out.srcIdx[i] = *reinterpret_cast<const int32_t*>(src + rl.srcIdx);
-    } else {
+      if (threadIdx.x == 0 && out.receivedRows) *out.receivedRows = static_cast<int>(received);
+    }
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+    for (int64_t i = received + blockIdx.x * kWarps + warp; i < out.capacityRows; i += warps) {
       for (int k = lane; k < shape.topk; k += 32) {
         if (out.topkIdx) out.topkIdx[i * shape.topk + k] = -1;
         if (out.topkWeights) out.topkWeights[i * shape.topk + k] = 0.0f;
       }
       if (lane == 0 && out.srcIdx) out.srcIdx[i] = -1;
     }
+    const auto* records = reinterpret_cast<const LL16Packet*>(v.regions[me] + v.layout.records);
+    for (int k = blockIdx.x; k < R * sendBlocks; k += gridDim.x) {
+      const int s = k / sendBlocks, b = k % sendBlocks;
+      __syncthreads();  // the previous record's range is no longer read
+      if (threadIdx.x == 0) {
+        uint32_t vals[2] = {0, 0};
+        const bool arrived = device::awaitPacket(records, s * kMaxSendBlocks + b, flag, v.spin[s], vals) ==
+                             device::PacketWait::Arrived;
+        device::fenceAcqRelSys();
+        range[0] = arrived ? vals[0] : 0;
+        range[1] = arrived ? vals[1] : 0;
+      }
+      __syncthreads();
+      for (int64_t i = static_cast<int64_t>(range[0]) + warp; i < static_cast<int64_t>(range[1]); i += kWarps)
+        if (i < received) copyReceivedRow(v, out, shape, rl, i, lane);
+    }
   }
+  endEpoch(e, v.receiveEpoch, v.receiveStarted);
 }
 
 // ---- combine -------------------------------------------------------------------------------------------
@@ -442,13 +467,13 @@ void launchLayout(const int64_t* topkIdx, int tokens, const Shape& shape, int ra
 
 void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Shape& shape,
                         cudaStream_t stream) {
-  dispatchSendKernel<<<v.blocks, kThreads, 0, stream>>>(v, in, shape);
+  dispatchSendKernel<<<v.blocks - v.receiveBlocks, kThreads, 0, stream>>>(v, in, shape);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
                            cudaStream_t stream) {
-  dispatchReceiveKernel<<<v.blocks, kThreads, 0, stream>>>(v, out, shape);
+  dispatchReceiveKernel<<<v.receiveBlocks, kThreads, 0, stream>>>(v, out, shape, v.blocks - v.receiveBlocks);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -5,9 +5,11 @@
 // with the region's previous contents; combine writes each expert output row back into the source's
 // per-sender slab, indexed by token, and the source sums its rows per token.
 //
-// A dispatch is three calls on one stream: dispatchSend (counts, then rows; returns at once), optionally
-// waitReceiveCounts (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive
-// (waits for every peer's rows and copies them out). Every rank makes the same calls with the same Shape and
+// A dispatch is three calls: dispatchSend (counts, then rows; returns at once), optionally waitReceiveCounts
+// (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive (copies every peer's
+// rows out as they arrive). dispatchReceive may run on a second stream beside dispatchSend (ordered after
+// what precedes the send), to overlap its copy with the sends; the caller then orders later work after both,
+// and the next dispatch's send after this receive. Every rank makes the same calls with the same Shape and
 // launch size; the epochs live in device memory, so captured CUDA graphs replay correctly (then size the
 // outputs for the worst case and skip waitReceiveCounts). Device-side failures (a receive that does not fit
 // the region, a peer that never arrives) are reported through Comm::checkError.
@@ -94,7 +96,8 @@ class EpBuffer {
  public:
   // Collective over `comm`: registers `bytes` of device memory on every rank (the same size everywhere) and
   // maps every peer's. `blocks` is the launch size of the communicating kernels (the same everywhere; at
-  // most the GPU's multiprocessors, so that every block is resident).
+  // least 2 and at most the GPU's multiprocessors, so that every block is resident); a dispatch sends on
+  // blocks - max(1, blocks / 4) and receives on the rest.
   EpBuffer(Comm& comm, size_t bytes, int blocks = 24);
   ~EpBuffer();
   EpBuffer(const EpBuffer&) = delete;
