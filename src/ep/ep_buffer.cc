@@ -80,7 +80,8 @@ class EpBuffer::Impl {
   GpuBuffer scratch_;
   HostMappedBuffer hostCounts_;
   KernelView view_{};
-  uint64_t sends_ = 0;  // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
+  uint64_t sends_ = 0;     // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
+  uint64_t receives_ = 0;  // sends whose receive epoch has been accounted for (received, or skipped)
   int localExperts_ = 0;
 };
 
@@ -191,7 +192,16 @@ void EpBuffer::dispatchReceive(const DispatchOutputs& out, const Shape& shape, c
   if (out.capacityRows > 0) impl_->requirePointer(out.x, op, "recv_x");
   if (shape.scales > 0 && out.capacityRows > 0) impl_->requirePointer(out.scales, op, "recv_x's scales");
   impl_->requirePointer(out.rankPrefix, op, "rank_prefix_matrix");
+  MESHCOMM_REQUIRE(impl_->receives_ < impl_->sends_, "rank ", impl_->rank_, ": ", op,
+                   ": dispatchReceive without a dispatchSend before it");
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+  // Sends whose receive never ran (an error between the two calls) still count on the receive epoch, so that
+  // this receive waits for its own send's records, not stale ones with the flag it would otherwise expect.
+  const uint64_t skipped = impl_->sends_ - impl_->receives_ - 1;
+  if (skipped > 0)
+    kernels::launchSkipEpochs(impl_->view_.receiveEpoch, impl_->view_.receiveStarted, skipped,
+                              impl_->view_.receiveBlocks, stream);
+  impl_->receives_ = impl_->sends_;
   kernels::launchDispatchReceive(impl_->view_, out, shape, stream);
 }
 

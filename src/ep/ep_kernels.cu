@@ -451,7 +451,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   endEpoch(e, v.combineEpoch, v.combineStarted);
 }
 
+// One thread: the epoch advances by `calls` and the started count with it (beginEpoch/endEpoch's invariant:
+// started = epoch * blocks between calls). Stream-ordered with the kernels that use the counters.
+__global__ void skipEpochsKernel(uint64_t* epoch, uint64_t* started, uint64_t calls, uint64_t blocks) {
+  *epoch += calls;
+  *started += calls * blocks;
+}
+
 }  // namespace
+
+void launchSkipEpochs(uint64_t* epoch, uint64_t* started, uint64_t calls, int blocks, cudaStream_t stream) {
+  skipEpochsKernel<<<1, 1, 0, stream>>>(epoch, started, calls, static_cast<uint64_t>(blocks));
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
 
 void launchLayout(const int64_t* topkIdx, int tokens, const Shape& shape, int ranks, const SpinContext& spin,
                   const LayoutOutputs& out, cudaStream_t stream) {
