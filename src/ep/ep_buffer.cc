@@ -2,6 +2,7 @@
 // counters and scratch, argument checks, and the launches of ep_kernels.cu.
 #include "meshcomm/ep/ep_buffer.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -35,6 +36,10 @@ class EpBuffer::Impl {
                      " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
     CudaDeviceGuard guard(comm.cudaDevice());
     blocks_ = blocks;
+    // A dispatch runs its send and receive kernels side by side on a quarter / three quarters split.
+    MESHCOMM_REQUIRE(blocks >= 2 && blocks - std::max(1, blocks / 4) <= kMaxSendBlocks, "rank ", rank_,
+                     ": EpBuffer: ", blocks, " blocks; 2 to ", kMaxSendBlocks + kMaxSendBlocks / 3,
+                     " are needed (a dispatch splits them between sending and receiving)");
     Communicator& c = comm.communicator();
     regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
     const size_t network = networkBytes > 0 ? networkBytes : bytes;
@@ -52,9 +57,13 @@ class EpBuffer::Impl {
     view_.rank = rank_;
     view_.size = size_;
     view_.blocks = blocks_;
+    view_.receiveBlocks = std::max(1, blocks_ / 4);
     view_.dispatchEpoch = c.allocateCounter();
     view_.combineEpoch = c.allocateCounter();
     view_.dispatchStarted = c.allocateCounter();
+    view_.receiveEpoch = c.allocateCounter();
+    view_.receiveStarted = c.allocateCounter();
+    view_.countsEpoch = c.allocateCounter();
     view_.combineStarted = c.allocateCounter();
     view_.matrix = static_cast<int32_t*>(scratch_.data());
     view_.receivedRows = view_.matrix + kMaxRanks * (kMaxRanks + 1);
@@ -98,7 +107,8 @@ class EpBuffer::Impl {
   GpuBuffer scratch_;
   HostMappedBuffer hostCounts_;
   KernelView view_{};
-  uint64_t sends_ = 0;  // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
+  uint64_t sends_ = 0;     // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
+  uint64_t receives_ = 0;  // sends whose receive epoch has been accounted for (received, or skipped)
   int localExperts_ = 0;
 };
 
@@ -212,7 +222,16 @@ void EpBuffer::dispatchReceive(const DispatchOutputs& out, const Shape& shape, c
   if (out.capacityRows > 0) impl_->requirePointer(out.x, op, "recv_x");
   if (shape.scales > 0 && out.capacityRows > 0) impl_->requirePointer(out.scales, op, "recv_x's scales");
   impl_->requirePointer(out.rankPrefix, op, "rank_prefix_matrix");
+  MESHCOMM_REQUIRE(impl_->receives_ < impl_->sends_, "rank ", impl_->rank_, ": ", op,
+                   ": dispatchReceive without a dispatchSend before it");
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+  // Sends whose receive never ran (an error between the two calls) still count on the receive epoch, so that
+  // this receive waits for its own send's records, not stale ones with the flag it would otherwise expect.
+  const uint64_t skipped = impl_->sends_ - impl_->receives_ - 1;
+  if (skipped > 0)
+    kernels::launchSkipEpochs(impl_->view_.receiveEpoch, impl_->view_.receiveStarted, skipped,
+                              impl_->view_.receiveBlocks, stream);
+  impl_->receives_ = impl_->sends_;
   kernels::launchDispatchReceive(impl_->view_, out, shape, stream);
 }
 

@@ -25,19 +25,15 @@ __device__ __forceinline__ uint32_t flagOf(uint64_t e) {
   return static_cast<uint32_t>((e - 1) % 0xFFFFFFFFull) + 1;
 }
 
-// Acquire wait until the counter at `p` (this rank's memory, added to by a peer with release) reaches
-// `expected`; false on timeout or abort (reported through ctx).
-__device__ bool awaitCount(const uint64_t* p, uint64_t expected, const SpinContext& ctx) {
+// Acquire wait until the counter at `p` (stored with release) reaches `expected`; false on timeout or abort
+// (reported through ctx as `op`).
+__device__ bool awaitCount(const uint64_t* p, uint64_t expected, const SpinContext& ctx, DeviceOp op) {
   return device::spinUntil(
       [&](uint64_t& seen) {
         seen = device::loadAcquireSys(p);
         return device::reached(seen, expected);
       },
-      ctx, DeviceOp::SemaphoreWait, expected);
-}
-
-__device__ __forceinline__ uint64_t* counterAt(char* region, uint64_t offset, int index) {
-  return reinterpret_cast<uint64_t*>(region + offset) + index;
+      ctx, op, expected);
 }
 
 // Counts one more stager (a block or a warp that has written its rows for a peer, ordered before this by the
@@ -223,6 +219,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       v.hostCounts->rows = total[me];
       __threadfence_system();
       device::storeReleaseSys(&v.hostCounts->tag, v.hostTicket);
+      device::storeReleaseSys(v.countsEpoch, e);  // the receive kernel may now read the matrix
     }
   }
 
@@ -264,98 +261,131 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
-  __syncthreads();  // every warp's rows are written before the releases below
-  if (threadIdx.x < R) {
+  __syncthreads();  // every warp's rows are written before the records and puts below
+  // Warp d of a node peer d: this block's row range in d's rows (its tokens [begin, end) that go to d),
+  // published as the record [me][block] with one lane's system fence first (a release of every warp's rows,
+  // ordered by the barrier). Written also when nothing was sent (an empty range, or a skipped destination).
+  if (warp < R && v.sameNode(warp)) {
+    const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
+    const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
+    const int end = std::min(in.tokens, begin + chunk);
+    const int first = offset[warp] + countBefore(in.tokenInRank, R, warp, begin);
+    const int last = skip[warp] ? first : offset[warp] + countBefore(in.tokenInRank, R, warp, end);
+    if (lane == 0) {
+      __threadfence_system();
+      reinterpret_cast<LL16Packet*>(v.regions[warp] + v.layout.records)[me * kMaxSendBlocks + blockIdx.x]
+          .write(static_cast<uint32_t>(first), static_cast<uint32_t>(last), flag);
+    }
+  }
+  // Thread q of another node's rank q: once every block's rows for q are staged, the last block puts them to
+  // their receive positions in q's network region, then signals (unless staging failed: q's wait then times
+  // out rather than reading rows that were never sent). No flush: this rank rewrites the staging and its
+  // count row only in its next dispatch, after q's count row of that call, which q sends after this call's
+  // rows (read by the proxy before the signal) arrived.
+  if (threadIdx.x < R && !v.sameNode(threadIdx.x) &&
+      lastToStage(&v.netState->dispatchStaged[threadIdx.x], e * gridDim.x)) {
     const int q = threadIdx.x;
-    if (v.sameNode(q)) {
-      device::redAddReleaseSys(counterAt(v.regions[q], v.layout.dispatchArrivals, me), 1);
-    } else if (lastToStage(&v.netState->dispatchStaged[q], e * gridDim.x)) {
-      // Every block's rows for q are staged: one put to their final place in q's region, then the signal
-      // (unless staging failed: q's wait then times out rather than reading rows that were never sent). No
-      // flush: this rank rewrites the staging and its count row only in its next dispatch, after q's count
-      // row of that call, which q sends after this call's rows (read by the proxy before the signal) arrived.
-      PortChannelDeviceHandle ch = v.net[q];
-      const uint64_t bytes = skip[q] ? 0 : static_cast<uint64_t>(M[me][q]) * rl.stride;
-      if (!stagingFull) {
-        if (bytes > 0)
-          ch.put(v.netLayout.rows + static_cast<uint64_t>(offset[q]) * rl.stride,
-                 v.netLayout.dispatchStaging + static_cast<uint64_t>(staged[q]) * rl.stride, bytes);
-        ch.signal();
-      }
+    PortChannelDeviceHandle ch = v.net[q];
+    const uint64_t bytes = skip[q] ? 0 : static_cast<uint64_t>(M[me][q]) * rl.stride;
+    if (!stagingFull) {
+      if (bytes > 0)
+        ch.put(v.netLayout.rows + static_cast<uint64_t>(offset[q]) * rl.stride,
+               v.netLayout.dispatchStaging + static_cast<uint64_t>(staged[q]) * rl.stride, bytes);
+      ch.signal();
     }
   }
   endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
 }
 
-// Waits (acquire) until every source's blocks have released their rows, then copies this rank's received rows
-// out of its region (plain loads after the acquire; the senders finished writing them) and fills the rest of
-// the outputs' rows with topkIdx -1 and weights 0.
+// Warp's copy of received row i into the outputs, from `rows` (this rank's dispatch rows, or its network
+// region's for another node's source; plain loads after the caller's acquire).
+__device__ void copyReceivedRow(const char* rows, const DispatchOutputs& out, const Shape& shape,
+                                const RowLayout& rl, int64_t i, int lane) {
+  const char* src = rows + static_cast<uint64_t>(i) * rl.stride;
+  device::copy(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
+  for (int k = lane; k < shape.topk; k += 32) {
+    if (out.topkIdx) out.topkIdx[i * shape.topk + k] = reinterpret_cast<const int64_t*>(src + rl.topkIdx)[k];
+    if (out.topkWeights)
+      out.topkWeights[i * shape.topk + k] = reinterpret_cast<const float*>(src + rl.weights)[k];
+  }
+  for (int c = lane; c < shape.scales; c += 32)
+    out.scales[i * shape.scales + c] = reinterpret_cast<const float*>(src + rl.scales)[c];
+  if (lane == 0 && out.srcIdx) out.srcIdx[i] = *reinterpret_cast<const int32_t*>(src + rl.srcIdx);
+}
+
+// Runs beside the send kernel (another stream; it counts its calls on its own epoch, the same sequence as the
+// sends') or after it. Thread 0 waits (acquire) for the send kernel's count matrix of this call; the blocks
+// fill the outputs' rows past the received ones (topkIdx -1, weights 0, srcIdx -1) and block 0 writes the
+// rank prefix; then block j takes the records [s][b] (every source s, every send block b) numbered j, j +
+// gridDim.x, ...: thread 0 waits for the record's flag, fences (acquire: the sender fenced before writing
+// it), and the block's warps copy its rows out while later records are still arriving. A source on another
+// node has one record, [s][0]: its put's signal (acquire), covering all its rows, which lie at their receive
+// positions in this rank's network region.
 __global__ void __launch_bounds__(kThreads, 1)
-    dispatchReceiveKernel(KernelView v, DispatchOutputs out, Shape shape) {
-  const int R = v.size, me = v.rank;
-  const uint64_t e = *reinterpret_cast<const volatile uint64_t*>(v.dispatchEpoch);
+    dispatchReceiveKernel(KernelView v, DispatchOutputs out, Shape shape, int sendBlocks) {
+  const int R = v.size, me = v.rank, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const uint64_t e = beginEpoch(v.receiveEpoch, v.receiveStarted);
+  const uint32_t flag = flagOf(e);
   __shared__ bool ok;
-  if (threadIdx.x == 0) ok = true;
+  __shared__ uint32_t range[2];
+  if (threadIdx.x == 0) ok = awaitCount(v.countsEpoch, e, v.spin[me], DeviceOp::EpDispatchWait);
   __syncthreads();
-  if (v.net && blockIdx.x == 0 && threadIdx.x < R && !v.sameNode(threadIdx.x)) {
-    // Rows from another node's rank: its signal (acquire: the put has landed) stands for all its blocks.
-    PortChannelDeviceHandle ch = v.net[threadIdx.x];
-    if (ch.wait())
-      device::redAddReleaseSys(counterAt(v.regions[me], v.layout.dispatchArrivals, threadIdx.x), v.blocks);
-  }
-  if (threadIdx.x < R) {
-    if (!awaitCount(counterAt(v.regions[me], v.layout.dispatchArrivals, threadIdx.x), e * v.blocks,
-                    v.spin[threadIdx.x]))
-      ok = false;
-  }
-  __syncthreads();
-  if (!ok) return;
   const RowLayout rl = RowLayout::of(shape);
   const int64_t capacity = static_cast<int64_t>(v.layout.rowsBytes / rl.stride);
-  const int64_t received = *v.receivedRows;
-  if (received > capacity || received > out.capacityRows) {
-    if (blockIdx.x == 0 && threadIdx.x == 0)
-      device::reportTimeout(v.spin[me], DeviceOp::EpOverflow, received, std::min(capacity, out.capacityRows),
-                            0);
-    return;
-  }
-  if (blockIdx.x == 0) {
-    for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
-      const int src = i / R, dst = i % R;
-      int sum = 0;
-      for (int s = 0; s <= src; ++s) sum += v.matrix[s * (R + 1) + dst];
-      out.rankPrefix[i] = sum;
-    }
-    if (threadIdx.x == 0 && out.receivedRows) *out.receivedRows = static_cast<int>(received);
-  }
-  const char* rows = v.regions[me] + v.layout.rows;
-  const int lane = threadIdx.x % 32;
-  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-  for (int64_t i = blockIdx.x * kWarps + threadIdx.x / 32; i < out.capacityRows; i += warps) {
-    // Rows from another node's rank landed at the same position in this rank's network region.
-    int s = 0;
-    for (int64_t end = v.matrix[me]; s < R - 1 && i >= end; end += v.matrix[s * (R + 1) + me]) ++s;
-    const char* src = (v.net && !v.sameNode(s) ? v.network + v.netLayout.rows : rows) +
-                      static_cast<uint64_t>(i) * rl.stride;
-    if (i < received) {
-      device::copy(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
-      for (int k = lane; k < shape.topk; k += 32) {
-        if (out.topkIdx)
-          out.topkIdx[i * shape.topk + k] = reinterpret_cast<const int64_t*>(src + rl.topkIdx)[k];
-        if (out.topkWeights)
-          out.topkWeights[i * shape.topk + k] = reinterpret_cast<const float*>(src + rl.weights)[k];
+  const int64_t received = ok ? *v.receivedRows : 0;
+  const bool proceed = ok && received <= capacity && received <= out.capacityRows;
+  if (ok && !proceed && blockIdx.x == 0 && threadIdx.x == 0)
+    device::reportTimeout(v.spin[me], DeviceOp::EpOverflow, received, std::min(capacity, out.capacityRows),
+                          0);
+  if (proceed) {
+    if (blockIdx.x == 0) {
+      for (int i = threadIdx.x; i < R * R; i += blockDim.x) {
+        const int src = i / R, dst = i % R;
+        int sum = 0;
+        for (int s = 0; s <= src; ++s) sum += v.matrix[s * (R + 1) + dst];
+        out.rankPrefix[i] = sum;
       }
-      for (int c = lane; c < shape.scales; c += 32)
-        out.scales[i * shape.scales + c] = reinterpret_cast<const float*>(src + rl.scales)[c];
-      if (lane == 0 && out.srcIdx) out.srcIdx[i] = *reinterpret_cast<const int32_t*>(src + rl.srcIdx);
-    } else {
+      if (threadIdx.x == 0 && out.receivedRows) *out.receivedRows = static_cast<int>(received);
+    }
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
+    for (int64_t i = received + blockIdx.x * kWarps + warp; i < out.capacityRows; i += warps) {
       for (int k = lane; k < shape.topk; k += 32) {
         if (out.topkIdx) out.topkIdx[i * shape.topk + k] = -1;
         if (out.topkWeights) out.topkWeights[i * shape.topk + k] = 0.0f;
       }
       if (lane == 0 && out.srcIdx) out.srcIdx[i] = -1;
     }
+    const auto* records = reinterpret_cast<const LL16Packet*>(v.regions[me] + v.layout.records);
+    for (int k = blockIdx.x; k < R * sendBlocks; k += gridDim.x) {
+      const int s = k / sendBlocks, b = k % sendBlocks;
+      const bool remote = !v.sameNode(s);
+      if (remote && b > 0) continue;  // uniform across the block
+      __syncthreads();                // the previous record's range is no longer read
+      if (threadIdx.x == 0) {
+        uint32_t vals[2] = {0, 0};
+        bool arrived = false;
+        if (remote) {
+          PortChannelDeviceHandle ch = v.net[s];
+          arrived = ch.wait();
+          int lo = 0;
+          for (int q = 0; q < s; ++q) lo += v.matrix[q * (R + 1) + me];
+          vals[0] = static_cast<uint32_t>(lo);
+          vals[1] = static_cast<uint32_t>(lo + v.matrix[s * (R + 1) + me]);
+        } else {
+          arrived = device::awaitPacket(records, s * kMaxSendBlocks + b, flag, v.spin[s], vals) ==
+                    device::PacketWait::Arrived;
+          device::fenceAcqRelSys();
+        }
+        range[0] = arrived ? vals[0] : 0;
+        range[1] = arrived ? vals[1] : 0;
+      }
+      __syncthreads();
+      const char* rows = remote ? v.network + v.netLayout.rows : v.regions[me] + v.layout.rows;
+      for (int64_t i = static_cast<int64_t>(range[0]) + warp; i < static_cast<int64_t>(range[1]); i += kWarps)
+        if (i < received) copyReceivedRow(rows, out, shape, rl, i, lane);
+    }
   }
+  endEpoch(e, v.receiveEpoch, v.receiveStarted);
 }
 
 // ---- combine -------------------------------------------------------------------------------------------
@@ -391,16 +421,6 @@ __device__ int64_t stagedBefore(const KernelView& v, const CombineInputs& in, in
   return n;
 }
 
-// Acquire wait until the device counter `p` (this GPU) reaches `expected`; false on timeout or abort.
-__device__ bool awaitLocal(const uint64_t* p, uint64_t expected, const SpinContext& ctx, DeviceOp op) {
-  return device::spinUntil(
-      [&](uint64_t& seen) {
-        seen = device::loadAcquireSys(p);
-        return device::reached(seen, expected);
-      },
-      ctx, op, expected);
-}
-
 // A send warp's share of the rows for source s on another node (rows lo..hi of y, s's tokens in order): once
 // s's ready signal has arrived (relayed by the network waiter; s sends it after its previous combine, which
 // waited for this rank's previous rows, so the proxy has finished reading the staging), the `part`-th of
@@ -426,7 +446,7 @@ __device__ void combineSendAcrossNodes(const KernelView& v, const CombineInputs&
     return;  // s's wait for these rows times out: nothing is sent
   }
   const bool ready =
-      lane != 0 || awaitLocal(&v.netState->combineReady[s], e, v.spin[s], DeviceOp::EpCombineWait);
+      lane != 0 || awaitCount(&v.netState->combineReady[s], e, v.spin[s], DeviceOp::EpCombineWait);
   if (!__all_sync(0xffffffffu, ready)) return;  // timed out (reported): nothing is sent
   __syncwarp();                                 // lane 0's acquire orders every lane's staging writes below
   char* staging = v.network + v.netLayout.combineStaging + static_cast<uint64_t>(first) * sl.stride;
@@ -518,7 +538,7 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
         const int64_t k = from ? v.tokenRowIndex[t * R + r] : 0;
         row[r] =
             v.network + v.netLayout.slabs + (static_cast<uint64_t>(r) * networkSlabTokens + k) * sl.stride;
-        if (from && !awaitLocal(&v.netState->combineArrived[r], e, v.spin[r], DeviceOp::EpCombineWait))
+        if (from && !awaitCount(&v.netState->combineArrived[r], e, v.spin[r], DeviceOp::EpCombineWait))
           return;
         continue;
       }
@@ -636,12 +656,24 @@ __global__ void __launch_bounds__(kScanThreads)
   }
 }
 
+// One thread: the epoch advances by `calls` and the started count with it (beginEpoch/endEpoch's invariant:
+// started = epoch * blocks between calls). Stream-ordered with the kernels that use the counters.
+__global__ void skipEpochsKernel(uint64_t* epoch, uint64_t* started, uint64_t calls, uint64_t blocks) {
+  *epoch += calls;
+  *started += calls * blocks;
+}
+
 }  // namespace
 
 void launchTokenRowIndex(const bool* tokenInRank, int tokens, int ranks, int32_t* index,
                          cudaStream_t stream) {
   if (tokens == 0) return;
   tokenRowIndexKernel<<<1, kScanThreads, 0, stream>>>(tokenInRank, tokens, ranks, index);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
+
+void launchSkipEpochs(uint64_t* epoch, uint64_t* started, uint64_t calls, int blocks, cudaStream_t stream) {
+  skipEpochsKernel<<<1, 1, 0, stream>>>(epoch, started, calls, static_cast<uint64_t>(blocks));
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -659,13 +691,13 @@ void launchLayout(const int64_t* topkIdx, int tokens, const Shape& shape, int ra
 
 void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Shape& shape,
                         cudaStream_t stream) {
-  dispatchSendKernel<<<v.blocks, kThreads, 0, stream>>>(v, in, shape);
+  dispatchSendKernel<<<v.blocks - v.receiveBlocks, kThreads, 0, stream>>>(v, in, shape);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
 void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
                            cudaStream_t stream) {
-  dispatchReceiveKernel<<<v.blocks, kThreads, 0, stream>>>(v, out, shape);
+  dispatchReceiveKernel<<<v.receiveBlocks, kThreads, 0, stream>>>(v, out, shape, v.blocks - v.receiveBlocks);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -1,9 +1,12 @@
 // The layout of an EpBuffer's registered region (the same on every rank) and the view its kernels take by
 // value. Offsets are bytes from the region's base; the peers reach the same offsets in their mappings.
 //
-//   [dispatch arrivals: R x u64][ready packets: R x LL16]
+//   [dispatch records: R x kMaxSendBlocks x LL16][ready packets: R x LL16]
 //   [count packets: R x kCountPacketBytes][dispatch rows ......][combine slabs: R x slabTokens x
 //   SlabLayout::stride]
+//
+// A dispatch record [s][b] is sender block b of rank s's row range in this rank's dispatch rows (an LL
+// packet: begin, end, flag = the call's epoch), written after the block's rows.
 //
 // A dispatch row: [x: hiddenBytes][topkIdx: topk x i64][weights: topk x f32][scales: scales x f32][srcIdx:
 // i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32][flag: u64 at an 8-byte
@@ -32,6 +35,8 @@ namespace meshcomm::ep {
 // One count row a sender sends each destination: R token counts, the destination's local-expert counts, the
 // sender's token count.
 constexpr int kCountWords = kMaxRanks + kMaxExperts + 1;
+// Most blocks a dispatch send kernel runs (one record slot per block and source).
+constexpr int kMaxSendBlocks = 256;
 constexpr uint64_t kCountPacketBytes =
     (kCountWords * 4 + LL16Packet::kPayloadBytes - 1) / LL16Packet::kPayloadBytes * sizeof(LL16Packet);
 
@@ -69,12 +74,12 @@ struct SlabLayout {
 };
 
 struct RegionLayout {
-  uint64_t dispatchArrivals = 0, ready = 0, counts = 0, rows = 0, rowsBytes = 0, slabs = 0, slabsBytes = 0;
+  uint64_t records = 0, ready = 0, counts = 0, rows = 0, rowsBytes = 0, slabs = 0, slabsBytes = 0;
 
   static RegionLayout of(uint64_t bytes) {
     RegionLayout l;
-    l.dispatchArrivals = 0;
-    l.ready = 8ull * kMaxRanks;
+    l.records = 0;
+    l.ready = sizeof(LL16Packet) * kMaxRanks * kMaxSendBlocks;
     l.counts = l.ready + sizeof(LL16Packet) * kMaxRanks;
     const uint64_t header = (l.counts + kCountPacketBytes * kMaxRanks + 255) / 256 * 256;
     const uint64_t rest = bytes > header ? bytes - header : 0;
@@ -133,12 +138,16 @@ struct NetworkState {
 struct KernelView {
   char* regions[kMaxRanks];  // every rank's region mapped here (this rank's own at [rank])
   RegionLayout layout;
-  int rank, size, blocks;
+  int rank, size, blocks;       // blocks: the combine's launch size; a dispatch splits it into
+  int receiveBlocks;            // blocks - receiveBlocks sending and receiveBlocks receiving, side by side
   SpinContext spin[kMaxRanks];  // per peer: timeouts and reports name it
   uint64_t* dispatchEpoch;      // device counters (never reset): the calls so far
+  uint64_t* receiveEpoch;       // (the receive kernel counts its own calls: it may run beside the send)
   uint64_t* combineEpoch;
   uint64_t* dispatchStarted;  // blocks that read the epoch so far (the epoch advances once all did)
+  uint64_t* receiveStarted;
   uint64_t* combineStarted;
+  uint64_t* countsEpoch;   // the dispatch epoch whose matrix and receivedRows are written (release)
   int32_t* matrix;         // [R][kCountWords]: the count rows of the last dispatch, by source
   int32_t* receivedRows;   // [1]
   HostCounts* hostCounts;  // device pointer of the host-mapped counts

@@ -6,9 +6,11 @@
 // output row back into the source's per-sender slab, indexed by token, and the source sums its rows per
 // token. Across nodes the rows are staged and put over the network (docs/ep.md, "Internode").
 //
-// A dispatch is three calls on one stream: dispatchSend (counts, then rows; returns at once), optionally
-// waitReceiveCounts (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive
-// (waits for every peer's rows and copies them out). Every rank makes the same calls with the same Shape and
+// A dispatch is three calls: dispatchSend (counts, then rows; returns at once), optionally waitReceiveCounts
+// (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive (copies every peer's
+// rows out as they arrive). dispatchReceive may run on a second stream beside dispatchSend (ordered after
+// what precedes the send), to overlap its copy with the sends; the caller then orders later work after both,
+// and the next dispatch's send after this receive. Every rank makes the same calls with the same Shape and
 // launch size; the epochs live in device memory, so captured CUDA graphs replay correctly (then size the
 // outputs for the worst case and skip waitReceiveCounts). Device-side failures (a receive that does not fit
 // the region, a peer that never arrives) are reported through Comm::checkError.
@@ -98,9 +100,10 @@ class EpBuffer {
  public:
   // Collective over `comm`: registers `bytes` of device memory on every rank (the same size everywhere) and
   // maps every peer's. `blocks` is the launch size of the communicating kernels (the same everywhere; at
-  // most the GPU's multiprocessors, so that every block is resident).
-  // Across nodes (nodeSize() < size()) each rank also allocates a network region of `networkBytes` of pinned
-  // host memory (0: `bytes`; the same everywhere) for the rows that cross the network.
+  // least 2 and at most the GPU's multiprocessors, so that every block is resident); a dispatch sends on
+  // blocks - max(1, blocks / 4) and receives on the rest. Across nodes (nodeSize() < size()) each rank also
+  // allocates a network region of `networkBytes` of pinned host memory (0: `bytes`; the same everywhere) for
+  // the rows that cross the network.
   EpBuffer(Comm& comm, size_t bytes, int blocks = 24, size_t networkBytes = 0);
   ~EpBuffer();
   EpBuffer(const EpBuffer&) = delete;

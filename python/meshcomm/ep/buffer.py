@@ -96,6 +96,10 @@ class Buffer:
         self.explicitly_destroy = explicitly_destroy
         self._device = torch.device("cuda", torch.cuda.current_device())
         self._comm_stream = torch.cuda.Stream(self._device)
+        # A dispatch's receive kernel runs on its own stream beside the send kernel (forked from the
+        # communication stream before the send, joined back after the receive).
+        self._recv_stream = torch.cuda.Stream(self._device)
+        self._send_start = torch.cuda.Event()
 
         # rank 0's UniqueId through the group, then the collective construction of the region.
         box = [_torch_ep.create_unique_id(self.group_size) if self.rank == 0 else None]
@@ -330,6 +334,7 @@ class Buffer:
 
         compute, alloc = self._begin(op, previous_event, async_finish, allocate_on_comm_stream)
         stream = self._comm_stream.cuda_stream
+        self._send_start.record(self._comm_stream)  # the receive kernel follows what precedes the send
         if handle is not None:
             with torch.cuda.stream(self._comm_stream):
                 per_rank = is_token_in_rank.sum(0, dtype=torch.int32)
@@ -358,7 +363,11 @@ class Buffer:
             if handle is None and topk_idx is not None:
                 recv_topk_idx = torch.empty(num_recv, topk_idx.size(1), dtype=topk_idx_t, device=self._device)
                 recv_topk_weights = torch.empty(num_recv, topk_idx.size(1), dtype=torch.float32, device=self._device)
-        runtime.dispatch_receive(recv_x, recv_scales, recv_topk_idx, recv_topk_weights, recv_src, prefix, shape, stream)
+        self._recv_stream.wait_event(self._send_start)
+        runtime.dispatch_receive(
+            recv_x, recv_scales, recv_topk_idx, recv_topk_weights, recv_src, prefix, shape, self._recv_stream.cuda_stream
+        )
+        self._comm_stream.wait_stream(self._recv_stream)
 
         event = self._finish(
             compute,
