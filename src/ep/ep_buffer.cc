@@ -109,6 +109,8 @@ class EpBuffer::Impl {
   KernelView view_{};
   uint64_t sends_ = 0;     // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
   uint64_t receives_ = 0;  // sends whose receive epoch has been accounted for (received, or skipped)
+  uint64_t signalled_ =
+      0;  // sends whose rows signals from other nodes have been awaited (received, or skipped)
   int localExperts_ = 0;
 };
 
@@ -186,6 +188,12 @@ void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaSt
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
   impl_->localExperts_ = shape.numExperts / impl_->size_;
   KernelView view = impl_->view_;
+  if (view.net && impl_->sends_ > impl_->signalled_) {
+    // Sends whose receive never ran left their rows signals from other nodes unawaited: await them before
+    // this send awaits its count signals on the same channels (a channel's signals are awaited in order).
+    kernels::launchSkipNetworkSignals(view, impl_->sends_ - impl_->signalled_, stream);
+  }
+  impl_->signalled_ = impl_->sends_;
   view.hostTicket = ++impl_->sends_;
   kernels::launchDispatchSend(view, in, shape, stream);
 }
@@ -232,6 +240,7 @@ void EpBuffer::dispatchReceive(const DispatchOutputs& out, const Shape& shape, c
     kernels::launchSkipEpochs(impl_->view_.receiveEpoch, impl_->view_.receiveStarted, skipped,
                               impl_->view_.receiveBlocks, stream);
   impl_->receives_ = impl_->sends_;
+  impl_->signalled_ = impl_->sends_;
   kernels::launchDispatchReceive(impl_->view_, out, shape, stream);
 }
 

@@ -663,7 +663,21 @@ __global__ void skipEpochsKernel(uint64_t* epoch, uint64_t* started, uint64_t ca
   *started += calls * blocks;
 }
 
+// Thread r of another node's rank r awaits (and so consumes) `calls` of r's signals.
+__global__ void skipNetworkSignalsKernel(KernelView v, uint64_t calls) {
+  const int r = threadIdx.x;
+  if (r >= v.size || v.sameNode(r)) return;
+  PortChannelDeviceHandle ch = v.net[r];
+  for (uint64_t c = 0; c < calls; ++c)
+    if (!ch.wait()) return;
+}
+
 }  // namespace
+
+void launchSkipNetworkSignals(const KernelView& v, uint64_t calls, cudaStream_t stream) {
+  skipNetworkSignalsKernel<<<1, kMaxRanks, 0, stream>>>(v, calls);
+  MESHCOMM_CUDA_CHECK(cudaGetLastError());
+}
 
 void launchTokenRowIndex(const bool* tokenInRank, int tokens, int ranks, int32_t* index,
                          cudaStream_t stream) {

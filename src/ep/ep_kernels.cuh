@@ -17,6 +17,9 @@ void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Sha
 // Advances an epoch counter (and its started-blocks counter) past `calls` calls of `blocks` blocks that never
 // ran, on `stream`.
 void launchSkipEpochs(uint64_t* epoch, uint64_t* started, uint64_t calls, int blocks, cudaStream_t stream);
+// Across nodes: awaits `calls` rows signals from every other node's rank (of dispatches whose receive never
+// ran), one thread per rank, on `stream` before the next dispatch's send.
+void launchSkipNetworkSignals(const KernelView& v, uint64_t calls, cudaStream_t stream);
 void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
                            cudaStream_t stream);
 // Across nodes, before launchCombine: index[t][r] = token t's rank among this rank's tokens sent to r.
