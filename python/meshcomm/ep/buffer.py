@@ -334,14 +334,17 @@ class Buffer:
 
         compute, alloc = self._begin(op, previous_event, async_finish, allocate_on_comm_stream)
         stream = self._comm_stream.cuda_stream
-        self._send_start.record(self._comm_stream)  # the receive kernel follows what precedes the send
         if handle is not None:
             with torch.cuda.stream(self._comm_stream):
                 per_rank = is_token_in_rank.sum(0, dtype=torch.int32)
+            # The receive kernel follows everything before the send on the communication stream (memory freed
+            # there may back the outputs).
+            self._send_start.record(self._comm_stream)
             runtime.dispatch_send(x_data, scales, None, None, is_token_in_rank, per_rank, None, shape, 1, stream)
             counts: List[int] = []
         else:
             per_rank = num_tokens_per_rank
+            self._send_start.record(self._comm_stream)
             runtime.dispatch_send(
                 x_data, scales, topk_idx, topk_weights, is_token_in_rank, num_tokens_per_rank, num_tokens_per_expert,
                 shape, expert_alignment, stream,
