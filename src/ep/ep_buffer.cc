@@ -11,6 +11,7 @@
 #include "ep/ep_kernels.cuh"
 #include "ep/network_channels.hpp"
 #include "ep/peer_regions.hpp"
+#include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
 
@@ -36,10 +37,13 @@ class EpBuffer::Impl {
                      " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
     CudaDeviceGuard guard(comm.cudaDevice());
     blocks_ = blocks;
-    // A dispatch runs its send and receive kernels side by side on a quarter / three quarters split.
-    MESHCOMM_REQUIRE(blocks >= 2 && blocks - std::max(1, blocks / 4) <= kMaxSendBlocks, "rank ", rank_,
-                     ": EpBuffer: ", blocks, " blocks; 2 to ", kMaxSendBlocks + kMaxSendBlocks / 3,
-                     " are needed (a dispatch splits them between sending and receiving)");
+    // A dispatch runs its send and receive kernels side by side on a split of the blocks.
+    const int64_t receive = envInt("MESHCOMM_EP_RECEIVE_BLOCKS");
+    receiveBlocks_ = receive > 0 ? static_cast<int>(receive) : std::max(1, blocks / 4);
+    MESHCOMM_REQUIRE(blocks >= 2 && receiveBlocks_ < blocks && blocks - receiveBlocks_ <= kMaxSendBlocks, "rank ",
+                     rank_, ": EpBuffer: ", blocks, " blocks, ", receiveBlocks_,
+                     " of them receiving (MESHCOMM_EP_RECEIVE_BLOCKS); at least 2, at least one sending and at most ",
+                     kMaxSendBlocks, " sending are needed");
     Communicator& c = comm.communicator();
     regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
     const size_t network = networkBytes > 0 ? networkBytes : bytes;
@@ -57,7 +61,7 @@ class EpBuffer::Impl {
     view_.rank = rank_;
     view_.size = size_;
     view_.blocks = blocks_;
-    view_.receiveBlocks = std::max(1, blocks_ / 4);
+    view_.receiveBlocks = receiveBlocks_;
     view_.dispatchEpoch = c.allocateCounter();
     view_.combineEpoch = c.allocateCounter();
     view_.dispatchStarted = c.allocateCounter();
@@ -101,6 +105,7 @@ class EpBuffer::Impl {
   const int nodeSize_;
   const RegionLayout layout_;
   int blocks_ = 0;
+  int receiveBlocks_ = 0;  // of blocks_, the dispatch receive kernel's
   std::unique_ptr<PeerRegions> regions_;  // this rank's region and every peer's, mapped
   std::unique_ptr<NetworkChannels> network_;
   GpuBuffer networkState_;

@@ -19,6 +19,15 @@ namespace meshcomm::ep::kernels {
 namespace {
 
 constexpr int kWarps = kThreads / 32;
+// 16-byte loads a lane keeps in flight when it copies a row (a row of a 7168-wide BF16 token is 28 vectors a
+// lane): enough bytes in flight per SM to cover a load's latency.
+constexpr int kCopyUnroll = 8;
+// The dispatch receive kernel's threads, and the warps that share a record's rows (each awaits the record).
+constexpr int kReceiveThreads = 1024;
+constexpr int kRecordSlices = 4;
+// Pause between two polls of a dispatch record: many warps wait for records at once, and their polls would
+// otherwise compete with the arriving rows for the memory system.
+constexpr unsigned kRecordPollPauseNs = 128;
 
 // The LL flag of epoch e: never 0 (fresh or zeroed memory never matches).
 __device__ __forceinline__ uint32_t flagOf(uint64_t e) {
@@ -90,10 +99,10 @@ __device__ int32_t countWord(const DispatchInputs& in, int ranks, int localExper
   return 0;
 }
 
-// Tokens before `end` that go to rank d (a warp reduction; every lane gets the sum).
-__device__ int countBefore(const bool* tokenInRank, int ranks, int d, int end) {
+// Tokens in [begin, end) that go to rank d (a warp reduction; every lane gets the sum).
+__device__ int countIn(const bool* tokenInRank, int ranks, int d, int begin, int end) {
   int n = 0;
-  for (int t = threadIdx.x % 32; t < end; t += 32)
+  for (int t = begin + threadIdx.x % 32; t < end; t += 32)
     n += tokenInRank[static_cast<int64_t>(t) * ranks + d] ? 1 : 0;
   for (int o = 16; o > 0; o >>= 1) n += __shfl_xor_sync(0xffffffffu, n, o);
   return n;
@@ -223,59 +232,64 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Phase 2: warps by (destination, part of this block's token chunk).
+  // Phase 2: warps by (destination, part of the round's tokens); the block's token chunk goes in
+  // kDispatchRounds rounds. `row` is where warp's destination d's rows of the round start (d's dispatch rows,
+  // or this rank's staging for another node's rank).
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int parts = std::max(1, kWarps / R);
   const int d = warp % R, part = warp / R;
   const bool remote = !v.sameNode(d);
-  if (part < parts && !skip[d] && !(remote && stagingFull)) {
-    const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
-    const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
-    const int end = std::min(in.tokens, begin + chunk);
-    const int sub = (end - begin + parts - 1) / parts;
-    const int t0 = std::min(end, begin + part * sub), t1 = std::min(end, t0 + sub);
-    int row = (remote ? staged[d] : offset[d]) + countBefore(in.tokenInRank, R, d, t0);
-    char* rows = remote ? v.network + v.netLayout.dispatchStaging : v.regions[d] + v.layout.rows;
-    for (int base = t0; base < t1; base += 32) {
-      const int t = base + lane;
-      const bool selected = t < t1 && in.tokenInRank[static_cast<int64_t>(t) * R + d];
-      uint32_t mask = __ballot_sync(0xffffffffu, selected);
-      while (mask) {
-        const int bit = __ffs(mask) - 1;
-        mask &= mask - 1;
-        const int64_t token = base + bit;
-        char* dst = rows + static_cast<uint64_t>(row) * rl.stride;
-        device::copy(dst, static_cast<const char*>(in.x) + token * shape.hiddenBytes, shape.hiddenBytes, lane,
-                     32);
-        for (int k = lane; k < shape.topk; k += 32) {
-          const int64_t idx = in.topkIdx[token * shape.topk + k];
-          const bool local = idx >= static_cast<int64_t>(d) * El && idx < static_cast<int64_t>(d + 1) * El;
-          reinterpret_cast<int64_t*>(dst + rl.topkIdx)[k] = local ? idx - static_cast<int64_t>(d) * El : -1;
-          reinterpret_cast<float*>(dst + rl.weights)[k] =
-              local && in.topkWeights ? in.topkWeights[token * shape.topk + k] : 0.0f;
+  const bool sends = part < parts && !skip[d] && !(remote && stagingFull);
+  const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
+  const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
+  const int end = std::min(in.tokens, begin + chunk);
+  const int perRound = std::max(1, (end - begin + kDispatchRounds - 1) / kDispatchRounds);
+  char* rows = remote ? v.network + v.netLayout.dispatchStaging : v.regions[d] + v.layout.rows;
+  int row = (remote ? staged[d] : offset[d]) + countIn(in.tokenInRank, R, d, 0, begin);
+  for (int round = 0; round < kDispatchRounds; ++round) {
+    const int r0 = std::min(end, begin + round * perRound), r1 = std::min(end, r0 + perRound);
+    const int inRound = countIn(in.tokenInRank, R, d, r0, r1);
+    if (sends) {
+      const int sub = (r1 - r0 + parts - 1) / parts;
+      const int t0 = std::min(r1, r0 + part * sub), t1 = std::min(r1, t0 + sub);
+      int at = row + countIn(in.tokenInRank, R, d, r0, t0);
+      for (int base = t0; base < t1; base += 32) {
+        const int t = base + lane;
+        const bool selected = t < t1 && in.tokenInRank[static_cast<int64_t>(t) * R + d];
+        uint32_t mask = __ballot_sync(0xffffffffu, selected);
+        while (mask) {
+          const int bit = __ffs(mask) - 1;
+          mask &= mask - 1;
+          const int64_t token = base + bit;
+          char* dst = rows + static_cast<uint64_t>(at) * rl.stride;
+          device::copy<kCopyUnroll>(dst, static_cast<const char*>(in.x) + token * shape.hiddenBytes,
+                                    shape.hiddenBytes, lane, 32);
+          for (int k = lane; k < shape.topk; k += 32) {
+            const int64_t idx = in.topkIdx[token * shape.topk + k];
+            const bool local = idx >= static_cast<int64_t>(d) * El && idx < static_cast<int64_t>(d + 1) * El;
+            reinterpret_cast<int64_t*>(dst + rl.topkIdx)[k] = local ? idx - static_cast<int64_t>(d) * El : -1;
+            reinterpret_cast<float*>(dst + rl.weights)[k] =
+                local && in.topkWeights ? in.topkWeights[token * shape.topk + k] : 0.0f;
+          }
+          for (int c = lane; c < shape.scales; c += 32)
+            reinterpret_cast<float*>(dst + rl.scales)[c] = in.scales[token * shape.scales + c];
+          if (lane == 0) *reinterpret_cast<int32_t*>(dst + rl.srcIdx) = static_cast<int32_t>(token);
+          ++at;
         }
-        for (int c = lane; c < shape.scales; c += 32)
-          reinterpret_cast<float*>(dst + rl.scales)[c] = in.scales[token * shape.scales + c];
-        if (lane == 0) *reinterpret_cast<int32_t*>(dst + rl.srcIdx) = static_cast<int32_t>(token);
-        ++row;
       }
     }
-  }
-  __syncthreads();  // every warp's rows are written before the records and puts below
-  // Warp d of a node peer d: this block's row range in d's rows (its tokens [begin, end) that go to d),
-  // published as the record [me][block] with one lane's system fence first (a release of every warp's rows,
-  // ordered by the barrier). Written also when nothing was sent (an empty range, or a skipped destination).
-  if (warp < R && v.sameNode(warp)) {
-    const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
-    const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
-    const int end = std::min(in.tokens, begin + chunk);
-    const int first = offset[warp] + countBefore(in.tokenInRank, R, warp, begin);
-    const int last = skip[warp] ? first : offset[warp] + countBefore(in.tokenInRank, R, warp, end);
-    if (lane == 0) {
+    __syncthreads();  // every warp's rows of the round are written before its records
+    // Warp d < R (part 0) of a node peer d publishes the round's row range in d's rows as the record
+    // [me][block][round], one lane's system fence first (a release of every warp's rows, ordered by the
+    // barrier). Written also when nothing was sent (an empty range, or a skipped destination).
+    if (warp < R && v.sameNode(warp) && lane == 0) {
+      const int last = skip[warp] ? row : row + inRound;
       __threadfence_system();
-      reinterpret_cast<LL16Packet*>(v.regions[warp] + v.layout.records)[me * kMaxSendBlocks + blockIdx.x]
-          .write(static_cast<uint32_t>(first), static_cast<uint32_t>(last), flag);
+      reinterpret_cast<LL16Packet*>(v.regions[warp] +
+                                    v.layout.records)[(me * kMaxSendBlocks + blockIdx.x) * kDispatchRounds + round]
+          .write(static_cast<uint32_t>(row), static_cast<uint32_t>(last), flag);
     }
+    row += inRound;
   }
   // Thread q of another node's rank q: once every block's rows for q are staged, the last block puts them to
   // their receive positions in q's network region, then signals (unless staging failed: q's wait then times
@@ -302,7 +316,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 __device__ void copyReceivedRow(const char* rows, const DispatchOutputs& out, const Shape& shape,
                                 const RowLayout& rl, int64_t i, int lane) {
   const char* src = rows + static_cast<uint64_t>(i) * rl.stride;
-  device::copy(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
+  device::copy<kCopyUnroll>(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
   for (int k = lane; k < shape.topk; k += 32) {
     if (out.topkIdx) out.topkIdx[i * shape.topk + k] = reinterpret_cast<const int64_t*>(src + rl.topkIdx)[k];
     if (out.topkWeights)
@@ -313,21 +327,37 @@ __device__ void copyReceivedRow(const char* rows, const DispatchOutputs& out, co
   if (lane == 0 && out.srcIdx) out.srcIdx[i] = *reinterpret_cast<const int32_t*>(src + rl.srcIdx);
 }
 
+// Waits for the dispatch record `record` with `flag` (its range in vals), pausing between polls; acquire by
+// flag as awaitPacket (the caller fences at system scope before reading the rows). False on timeout or abort.
+__device__ bool awaitRecord(const LL16Packet* record, uint32_t flag, const SpinContext& ctx, uint32_t (&vals)[2]) {
+  return device::spinUntil(
+      [&](uint64_t& seen) {
+        const bool arrived = record->tryRead(flag, vals[0], vals[1]);
+        if (!arrived) __nanosleep(kRecordPollPauseNs);
+        seen = vals[0];
+        return arrived;
+      },
+      ctx, DeviceOp::PacketRead, flag);
+}
+
 // Runs beside the send kernel (another stream; it counts its calls on its own epoch, the same sequence as the
 // sends') or after it. Thread 0 waits (acquire) for the send kernel's count matrix of this call; the blocks
 // fill the outputs' rows past the received ones (topkIdx -1, weights 0, srcIdx -1) and block 0 writes the
-// rank prefix; then block j takes the records [s][b] (every source s, every send block b) numbered j, j +
-// gridDim.x, ...: thread 0 waits for the record's flag, fences (acquire: the sender fenced before writing
-// it), and the block's warps copy its rows out while later records are still arriving. A source on another
-// node has one record, [s][0]: its put's signal (acquire), covering all its rows, which lie at their receive
-// positions in this rank's network region.
-__global__ void __launch_bounds__(kThreads, 1)
+// rank prefix; then warp j of the grid takes the work items (record, slice) of the records [s][b][r] (every
+// source s, send block b and round r, numbered round by round) and kRecordSlices slices, j, j + warps, ...:
+// its lane 0 waits for the record's flag and fences (acquire: the sender fenced before writing it; __syncwarp
+// passes it to the lanes), and the warp copies every kRecordSlices-th row of the record from its slice on,
+// while later rounds are still being sent. A source s on another node has no records: its rows lie
+// at their receive positions in this rank's network region once its put's signal arrived; the warp taking
+// [s][0][last round] slice 0 awaits that signal and publishes the call's epoch in landed[s] (release), and the
+// warps taking [s][b][last round] await landed[s] (acquire) and copy the b-th of sendBlocks equal parts.
+__global__ void __launch_bounds__(kReceiveThreads, 1)
     dispatchReceiveKernel(KernelView v, DispatchOutputs out, Shape shape, int sendBlocks) {
+  constexpr int kReceiveWarps = kReceiveThreads / 32;
   const int R = v.size, me = v.rank, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const uint64_t e = beginEpoch(v.receiveEpoch, v.receiveStarted);
   const uint32_t flag = flagOf(e);
   __shared__ bool ok;
-  __shared__ uint32_t range[2];
   if (threadIdx.x == 0) ok = awaitCount(v.countsEpoch, e, v.spin[me], DeviceOp::EpDispatchWait);
   __syncthreads();
   const RowLayout rl = RowLayout::of(shape);
@@ -347,8 +377,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       if (threadIdx.x == 0 && out.receivedRows) *out.receivedRows = static_cast<int>(received);
     }
-    const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarps;
-    for (int64_t i = received + blockIdx.x * kWarps + warp; i < out.capacityRows; i += warps) {
+    const int64_t warps = static_cast<int64_t>(gridDim.x) * kReceiveWarps;
+    const int64_t gridWarp = static_cast<int64_t>(blockIdx.x) * kReceiveWarps + warp;
+    for (int64_t i = received + gridWarp; i < out.capacityRows; i += warps) {
       for (int k = lane; k < shape.topk; k += 32) {
         if (out.topkIdx) out.topkIdx[i * shape.topk + k] = -1;
         if (out.topkWeights) out.topkWeights[i * shape.topk + k] = 0.0f;
@@ -356,33 +387,47 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (lane == 0 && out.srcIdx) out.srcIdx[i] = -1;
     }
     const auto* records = reinterpret_cast<const LL16Packet*>(v.regions[me] + v.layout.records);
-    for (int k = blockIdx.x; k < R * sendBlocks; k += gridDim.x) {
-      const int s = k / sendBlocks, b = k % sendBlocks;
+    const int perRound = R * sendBlocks;
+    for (int64_t item = gridWarp; item < static_cast<int64_t>(kDispatchRounds) * perRound * kRecordSlices;
+         item += warps) {
+      const int64_t k = item / kRecordSlices;
+      const int slice = static_cast<int>(item % kRecordSlices);
+      const int round = static_cast<int>(k / perRound), s = static_cast<int>(k % perRound) / sendBlocks,
+                b = static_cast<int>(k % sendBlocks);
       const bool remote = !v.sameNode(s);
-      if (remote && b > 0) continue;  // uniform across the block
-      __syncthreads();                // the previous record's range is no longer read
-      if (threadIdx.x == 0) {
-        uint32_t vals[2] = {0, 0};
+      if (remote && round < kDispatchRounds - 1) continue;  // uniform across the warp
+      uint32_t lo = 0, hi = 0;
+      if (lane == 0) {
         bool arrived = false;
         if (remote) {
-          PortChannelDeviceHandle ch = v.net[s];
-          arrived = ch.wait();
-          int lo = 0;
-          for (int q = 0; q < s; ++q) lo += v.matrix[q * (R + 1) + me];
-          vals[0] = static_cast<uint32_t>(lo);
-          vals[1] = static_cast<uint32_t>(lo + v.matrix[s * (R + 1) + me]);
+          if (b == 0 && slice == 0) {
+            PortChannelDeviceHandle ch = v.net[s];
+            arrived = ch.wait();
+            if (arrived) device::storeReleaseSys(&v.netState->landed[s], e);
+          } else {
+            arrived = awaitCount(&v.netState->landed[s], e, v.spin[s], DeviceOp::EpDispatchWait);
+          }
+          int first = 0;
+          for (int q = 0; q < s; ++q) first += v.matrix[q * (R + 1) + me];
+          const int n = v.matrix[s * (R + 1) + me], part = (n + sendBlocks - 1) / sendBlocks;
+          lo = static_cast<uint32_t>(first + std::min(n, b * part));
+          hi = static_cast<uint32_t>(first + std::min(n, (b + 1) * part));
         } else {
-          arrived = device::awaitPacket(records, s * kMaxSendBlocks + b, flag, v.spin[s], vals) ==
-                    device::PacketWait::Arrived;
+          uint32_t vals[2] = {0, 0};
+          arrived = awaitRecord(records + (s * kMaxSendBlocks + b) * kDispatchRounds + round, flag, v.spin[s],
+                                vals);
           device::fenceAcqRelSys();
+          lo = vals[0];
+          hi = vals[1];
         }
-        range[0] = arrived ? vals[0] : 0;
-        range[1] = arrived ? vals[1] : 0;
+        if (!arrived) lo = hi = 0;
       }
-      __syncthreads();
+      __syncwarp();
+      lo = __shfl_sync(0xffffffffu, lo, 0);
+      hi = __shfl_sync(0xffffffffu, hi, 0);
       const char* rows = remote ? v.network + v.netLayout.rows : v.regions[me] + v.layout.rows;
-      for (int64_t i = static_cast<int64_t>(range[0]) + warp; i < static_cast<int64_t>(range[1]); i += kWarps)
-        if (i < received) copyReceivedRow(rows, out, shape, rl, i, lane);
+      for (int64_t i = lo + slice; i < static_cast<int64_t>(hi) && i < received; i += kRecordSlices)
+        copyReceivedRow(rows, out, shape, rl, i, lane);
     }
   }
   endEpoch(e, v.receiveEpoch, v.receiveStarted);
@@ -711,7 +756,7 @@ void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Sha
 
 void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
                            cudaStream_t stream) {
-  dispatchReceiveKernel<<<v.receiveBlocks, kThreads, 0, stream>>>(v, out, shape, v.blocks - v.receiveBlocks);
+  dispatchReceiveKernel<<<v.receiveBlocks, kReceiveThreads, 0, stream>>>(v, out, shape, v.blocks - v.receiveBlocks);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 

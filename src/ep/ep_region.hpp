@@ -1,12 +1,12 @@
 // The layout of an EpBuffer's registered region (the same on every rank) and the view its kernels take by
 // value. Offsets are bytes from the region's base; the peers reach the same offsets in their mappings.
 //
-//   [dispatch records: R x kMaxSendBlocks x LL16][ready packets: R x LL16]
+//   [dispatch records: R x kMaxSendBlocks x kDispatchRounds x LL16][ready packets: R x LL16]
 //   [count packets: R x kCountPacketBytes][dispatch rows ......][combine slabs: R x slabTokens x
 //   SlabLayout::stride]
 //
-// A dispatch record [s][b] is sender block b of rank s's row range in this rank's dispatch rows (an LL
-// packet: begin, end, flag = the call's epoch), written after the block's rows.
+// A dispatch record [s][b][r] is round r of sender block b of rank s: its row range in this rank's dispatch
+// rows (an LL packet: begin, end, flag = the call's epoch), written after the round's rows.
 //
 // A dispatch row: [x: hiddenBytes][topkIdx: topk x i64][weights: topk x f32][scales: scales x f32][srcIdx:
 // i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32][flag: u64 at an 8-byte
@@ -35,8 +35,11 @@ namespace meshcomm::ep {
 // One count row a sender sends each destination: R token counts, the destination's local-expert counts, the
 // sender's token count.
 constexpr int kCountWords = kMaxRanks + kMaxExperts + 1;
-// Most blocks a dispatch send kernel runs (one record slot per block and source).
+// Most blocks a dispatch send kernel runs (one record slot per block, round and source).
 constexpr int kMaxSendBlocks = 256;
+// A send block's token chunk goes out in this many rounds, each published by a record, so the receiver
+// copies a round's rows out while the next ones are still being sent.
+constexpr int kDispatchRounds = 8;
 constexpr uint64_t kCountPacketBytes =
     (kCountWords * 4 + LL16Packet::kPayloadBytes - 1) / LL16Packet::kPayloadBytes * sizeof(LL16Packet);
 
@@ -79,7 +82,7 @@ struct RegionLayout {
   static RegionLayout of(uint64_t bytes) {
     RegionLayout l;
     l.records = 0;
-    l.ready = sizeof(LL16Packet) * kMaxRanks * kMaxSendBlocks;
+    l.ready = sizeof(LL16Packet) * kMaxRanks * kMaxSendBlocks * kDispatchRounds;
     l.counts = l.ready + sizeof(LL16Packet) * kMaxRanks;
     const uint64_t header = (l.counts + kCountPacketBytes * kMaxRanks + 255) / 256 * 256;
     const uint64_t rest = bytes > header ? bytes - header : 0;
@@ -132,6 +135,7 @@ struct NetworkState {
   uint64_t combineStaged[kMaxRanks];
   uint64_t combineReady[kMaxRanks];
   uint64_t combineArrived[kMaxRanks];
+  uint64_t landed[kMaxRanks];  // the epoch of the last dispatch whose rows from rank s arrived (receive kernel)
 };
 
 // What the kernels take by value.

@@ -31,7 +31,7 @@ const uint64_t kSizes[] = {1ull << 20, (1ull << 20) + 256 * 7, 256ull << 20, 1ul
 TEST(EpLayout, DeviceRegionAreasTileTheRegion) {
   for (uint64_t bytes : kSizes) {
     const RegionLayout l = RegionLayout::of(bytes);
-    EXPECT_GE(l.ready, l.records + sizeof(LL16Packet) * kMaxRanks * kMaxSendBlocks);
+    EXPECT_GE(l.ready, l.records + sizeof(LL16Packet) * kMaxRanks * kMaxSendBlocks * kDispatchRounds);
     EXPECT_GE(l.counts, l.ready + sizeof(LL16Packet) * kMaxRanks);
     EXPECT_GE(l.headerBytes(), l.counts + kCountPacketBytes * kMaxRanks);
     expectTiled({{l.rows, l.rows + l.rowsBytes}, {l.slabs, l.slabs + l.slabsBytes}}, l.headerBytes(), bytes,
