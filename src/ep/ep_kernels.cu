@@ -450,6 +450,9 @@ __device__ bool awaitFlag(const uint64_t* p, uint64_t e, const SpinContext& ctx)
 constexpr int kCombineSendWarps = kWarps / 2;
 static_assert(kCombineSendWarps >= kMaxRanks, "every source needs a send warp even with one block");
 
+// Chunks of a row a combine reduce lane loads from every rank before it sums them.
+constexpr int kReduceUnroll = 2;
+
 // Rows a combine send warp writes before it publishes their flags with one system-scope fence.
 constexpr int kCombineRowsPerRelease = 4;
 
@@ -545,7 +548,8 @@ __device__ void combineSend(const KernelView& v, const CombineInputs& in, const 
         return;
       }
       char* dst = slab + static_cast<uint64_t>(t) * sl.stride;
-      device::copy(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane, 32);
+      device::copy<kCopyUnroll>(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane,
+                                32);
       for (int k = lane; k < shape.topk; k += 32)
         reinterpret_cast<float*>(dst + sl.weights)[k] =
             in.topkWeights ? in.topkWeights[i * shape.topk + k] : 0.0f;
@@ -590,31 +594,41 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
       row[r] = slabs + (static_cast<uint64_t>(r) * slabTokens + t) * sl.stride;
       if (from && !awaitFlag(reinterpret_cast<const uint64_t*>(row[r] + sl.flag), e, v.spin[r])) return;
     }
-    for (int h = lane * 8; h < elems; h += 32 * 8) {
-      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-      const void* biases[2] = {in.bias0, in.bias1};
-      for (const void* bias : biases) {
-        if (!bias) continue;
-        const auto* b = reinterpret_cast<const __nv_bfloat16*>(bias) + t * elems + h;
+    // kReduceUnroll chunks of 8 elements a lane: every rank's loads of them in flight before the sums.
+    for (int h0 = lane * 8; h0 < elems; h0 += 32 * 8 * kReduceUnroll) {
+      uint4 packed[kReduceUnroll][kMaxRanks];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(b[j]);
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const int h = h0 + u * 32 * 8;
+#pragma unroll
+        for (int r = 0; r < kMaxRanks; ++r)
+          if (h < elems && ((ranks >> r) & 1u)) packed[u][r] = *reinterpret_cast<const uint4*>(row[r] + 2 * h);
       }
-      uint4 packed[kMaxRanks];
 #pragma unroll
-      for (int r = 0; r < kMaxRanks; ++r)
-        if ((ranks >> r) & 1u) packed[r] = *reinterpret_cast<const uint4*>(row[r] + 2 * h);
+      for (int u = 0; u < kReduceUnroll; ++u) {
+        const int h = h0 + u * 32 * 8;
+        if (h >= elems) break;
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const void* biases[2] = {in.bias0, in.bias1};
+        for (const void* bias : biases) {
+          if (!bias) continue;
+          const auto* b = reinterpret_cast<const __nv_bfloat16*>(bias) + t * elems + h;
 #pragma unroll
-      for (int r = 0; r < kMaxRanks; ++r) {
-        if (!((ranks >> r) & 1u)) continue;
-        const auto* vals = reinterpret_cast<const __nv_bfloat16*>(&packed[r]);
+          for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(b[j]);
+        }
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(vals[j]);
+        for (int r = 0; r < kMaxRanks; ++r) {
+          if (!((ranks >> r) & 1u)) continue;
+          const auto* vals = reinterpret_cast<const __nv_bfloat16*>(&packed[u][r]);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(vals[j]);
+        }
+        uint4 result;
+        auto* o = reinterpret_cast<__nv_bfloat16*>(&result);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
+        *reinterpret_cast<uint4*>(reinterpret_cast<__nv_bfloat16*>(out.x) + t * elems + h) = result;
       }
-      uint4 result;
-      auto* o = reinterpret_cast<__nv_bfloat16*>(&result);
-#pragma unroll
-      for (int j = 0; j < 8; ++j) o[j] = __float2bfloat16(acc[j]);
-      *reinterpret_cast<uint4*>(reinterpret_cast<__nv_bfloat16*>(out.x) + t * elems + h) = result;
     }
     if (out.topkWeights) {
       for (int k = lane; k < shape.topk; k += 32) {
