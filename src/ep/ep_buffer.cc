@@ -39,7 +39,7 @@ class EpBuffer::Impl {
     blocks_ = blocks;
     // A dispatch runs its send and receive kernels side by side on a split of the blocks.
     const int64_t receive = envInt("MESHCOMM_EP_RECEIVE_BLOCKS");
-    receiveBlocks_ = receive > 0 ? static_cast<int>(receive) : std::max(1, blocks / 4);
+    receiveBlocks_ = receive > 0 ? static_cast<int>(receive) : std::max(1, blocks / 2);
     MESHCOMM_REQUIRE(blocks >= 2 && receiveBlocks_ < blocks && blocks - receiveBlocks_ <= kMaxSendBlocks, "rank ",
                      rank_, ": EpBuffer: ", blocks, " blocks, ", receiveBlocks_,
                      " of them receiving (MESHCOMM_EP_RECEIVE_BLOCKS); at least 2, at least one sending and at most ",
