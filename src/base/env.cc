@@ -70,7 +70,8 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "NVLink inside a node, PortChannels over TCP between nodes (a divisor of the group size; on one host "
        "it emulates several nodes). 0: the nodes of the bootstrap's host ids."},
       {"MESHCOMM_EP_RECEIVE_BLOCKS", EnvType::Int, "0",
-       "Blocks of a meshcomm.ep normal-mode dispatch that copy received rows out, beside the blocks that send "
+       "Blocks of a meshcomm.ep normal-mode dispatch that copy received rows out, beside the blocks that "
+       "send "
        "(together num_sms). 0: half of num_sms. docs/ep.md, \"Intranode dispatch\"."},
       {"MESHCOMM_ALGO", EnvType::String, "",
        "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "

@@ -40,10 +40,11 @@ class EpBuffer::Impl {
     // A dispatch runs its send and receive kernels side by side on a split of the blocks.
     const int64_t receive = envInt("MESHCOMM_EP_RECEIVE_BLOCKS");
     receiveBlocks_ = receive > 0 ? static_cast<int>(receive) : std::max(1, blocks / 2);
-    MESHCOMM_REQUIRE(blocks >= 2 && receiveBlocks_ < blocks && blocks - receiveBlocks_ <= kMaxSendBlocks, "rank ",
-                     rank_, ": EpBuffer: ", blocks, " blocks, ", receiveBlocks_,
-                     " of them receiving (MESHCOMM_EP_RECEIVE_BLOCKS); at least 2, at least one sending and at most ",
-                     kMaxSendBlocks, " sending are needed");
+    MESHCOMM_REQUIRE(
+        blocks >= 2 && receiveBlocks_ < blocks && blocks - receiveBlocks_ <= kMaxSendBlocks, "rank ", rank_,
+        ": EpBuffer: ", blocks, " blocks, ", receiveBlocks_,
+        " of them receiving (MESHCOMM_EP_RECEIVE_BLOCKS); at least 2, at least one sending and at most ",
+        kMaxSendBlocks, " sending are needed");
     Communicator& c = comm.communicator();
     regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
     const size_t network = networkBytes > 0 ? networkBytes : bytes;
@@ -105,7 +106,7 @@ class EpBuffer::Impl {
   const int nodeSize_;
   const RegionLayout layout_;
   int blocks_ = 0;
-  int receiveBlocks_ = 0;  // of blocks_, the dispatch receive kernel's
+  int receiveBlocks_ = 0;                 // of blocks_, the dispatch receive kernel's
   std::unique_ptr<PeerRegions> regions_;  // this rank's region and every peer's, mapped
   std::unique_ptr<NetworkChannels> network_;
   GpuBuffer networkState_;

@@ -285,8 +285,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (warp < R && v.sameNode(warp) && lane == 0) {
       const int last = skip[warp] ? row : row + inRound;
       __threadfence_system();
-      reinterpret_cast<LL16Packet*>(v.regions[warp] +
-                                    v.layout.records)[(me * kMaxSendBlocks + blockIdx.x) * kDispatchRounds + round]
+      reinterpret_cast<LL16Packet*>(
+          v.regions[warp] + v.layout.records)[(me * kMaxSendBlocks + blockIdx.x) * kDispatchRounds + round]
           .write(static_cast<uint32_t>(row), static_cast<uint32_t>(last), flag);
     }
     row += inRound;
@@ -316,7 +316,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 __device__ void copyReceivedRow(const char* rows, const DispatchOutputs& out, const Shape& shape,
                                 const RowLayout& rl, int64_t i, int lane) {
   const char* src = rows + static_cast<uint64_t>(i) * rl.stride;
-  device::copy<kCopyUnroll>(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane, 32);
+  device::copy<kCopyUnroll>(static_cast<char*>(out.x) + i * shape.hiddenBytes, src, shape.hiddenBytes, lane,
+                            32);
   for (int k = lane; k < shape.topk; k += 32) {
     if (out.topkIdx) out.topkIdx[i * shape.topk + k] = reinterpret_cast<const int64_t*>(src + rl.topkIdx)[k];
     if (out.topkWeights)
@@ -329,7 +330,8 @@ __device__ void copyReceivedRow(const char* rows, const DispatchOutputs& out, co
 
 // Waits for the dispatch record `record` with `flag` (its range in vals), pausing between polls; acquire by
 // flag as awaitPacket (the caller fences at system scope before reading the rows). False on timeout or abort.
-__device__ bool awaitRecord(const LL16Packet* record, uint32_t flag, const SpinContext& ctx, uint32_t (&vals)[2]) {
+__device__ bool awaitRecord(const LL16Packet* record, uint32_t flag, const SpinContext& ctx,
+                            uint32_t (&vals)[2]) {
   return device::spinUntil(
       [&](uint64_t& seen) {
         const bool arrived = record->tryRead(flag, vals[0], vals[1]);
@@ -349,8 +351,8 @@ __device__ bool awaitRecord(const LL16Packet* record, uint32_t flag, const SpinC
 // passes it to the lanes), and the warp copies every kRecordSlices-th row of the record from its slice on,
 // while later rounds are still being sent. A source s on another node has no records: its rows lie
 // at their receive positions in this rank's network region once its put's signal arrived; the warp taking
-// [s][0][last round] slice 0 awaits that signal and publishes the call's epoch in landed[s] (release), and the
-// warps taking [s][b][last round] await landed[s] (acquire) and copy the b-th of sendBlocks equal parts.
+// [s][0][last round] slice 0 awaits that signal and publishes the call's epoch in landed[s] (release), and
+// the warps taking [s][b][last round] await landed[s] (acquire) and copy the b-th of sendBlocks equal parts.
 __global__ void __launch_bounds__(kReceiveThreads, 1)
     dispatchReceiveKernel(KernelView v, DispatchOutputs out, Shape shape, int sendBlocks) {
   constexpr int kReceiveWarps = kReceiveThreads / 32;
@@ -548,8 +550,8 @@ __device__ void combineSend(const KernelView& v, const CombineInputs& in, const 
         return;
       }
       char* dst = slab + static_cast<uint64_t>(t) * sl.stride;
-      device::copy<kCopyUnroll>(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes, shape.hiddenBytes, lane,
-                                32);
+      device::copy<kCopyUnroll>(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes,
+                                shape.hiddenBytes, lane, 32);
       for (int k = lane; k < shape.topk; k += 32)
         reinterpret_cast<float*>(dst + sl.weights)[k] =
             in.topkWeights ? in.topkWeights[i * shape.topk + k] : 0.0f;
@@ -602,7 +604,8 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
         const int h = h0 + u * 32 * 8;
 #pragma unroll
         for (int r = 0; r < kMaxRanks; ++r)
-          if (h < elems && ((ranks >> r) & 1u)) packed[u][r] = *reinterpret_cast<const uint4*>(row[r] + 2 * h);
+          if (h < elems && ((ranks >> r) & 1u))
+            packed[u][r] = *reinterpret_cast<const uint4*>(row[r] + 2 * h);
       }
 #pragma unroll
       for (int u = 0; u < kReduceUnroll; ++u) {
@@ -770,7 +773,8 @@ void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Sha
 
 void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, const Shape& shape,
                            cudaStream_t stream) {
-  dispatchReceiveKernel<<<v.receiveBlocks, kReceiveThreads, 0, stream>>>(v, out, shape, v.blocks - v.receiveBlocks);
+  dispatchReceiveKernel<<<v.receiveBlocks, kReceiveThreads, 0, stream>>>(v, out, shape,
+                                                                         v.blocks - v.receiveBlocks);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 

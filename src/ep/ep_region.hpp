@@ -135,7 +135,8 @@ struct NetworkState {
   uint64_t combineStaged[kMaxRanks];
   uint64_t combineReady[kMaxRanks];
   uint64_t combineArrived[kMaxRanks];
-  uint64_t landed[kMaxRanks];  // the epoch of the last dispatch whose rows from rank s arrived (receive kernel)
+  uint64_t
+      landed[kMaxRanks];  // the epoch of the last dispatch whose rows from rank s arrived (receive kernel)
 };
 
 // What the kernels take by value.
