@@ -11,7 +11,8 @@
 # taking turns step by step (compare_stacks --paired; losses rel. diff <= 1e-3, step time ratio) ->
 # bench/torch/megatron_losses.py: a Megatron-core GPT, tensor + sequence parallel over all ranks, NCCL vs
 # meshcomm (same limits; SKIP when megatron-core does not import) -> bench/torch/moe_alltoall_soak.py (10^4
-# calls with changing splits, memory flat) -> meshcomm.ep: tests/python/torch/test_ep*.py and
+# calls with changing splits, memory flat) -> meshcomm.ep: tests/python/torch/test_ep*.py (test_ep.py again
+# with MESHCOMM_EP_NODE_SIZE = half the ranks: the internode mode on one host) and
 # bench/torch/ep_bench.py and bench/torch/megatron_moe.py (Megatron's flex/DeepEP dispatcher on meshcomm.ep
 # vs its alltoall dispatcher; docs/ep.md; ep*.log, ep_bench.json, megatron_moe.json) -> bench/torch/plans_bench.py
 # (the shipped meshcomm.dsl plans against the fastest native algorithm; plans_bench.json) -> bench/torch/host_overhead.py (torch call over the raw call
@@ -158,6 +159,13 @@ if want ep; then
   run_step "$OUT/ep.log" timeout 300 "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch/test_ep.py" \
     "$REPO/tests/python/torch/test_ep_low_latency.py"
   record ep-pytest "$(result_of "$RC")" "$SECS" "$(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/ep.log" | tail -1)"
+  # The normal mode across nodes, emulated on this host: nodes of half the ranks (one rank each on 2 GPUs),
+  # NVLink inside a node, PortChannels over TCP between nodes.
+  EP_NODE_SIZE=$((NP / 2 > 0 ? NP / 2 : 1))
+  run_step "$OUT/ep-internode.log" timeout 400 env MESHCOMM_EP_NODE_SIZE=$EP_NODE_SIZE MESHCOMM_EP_SOAK_ROUNDS=2000 \
+    "${TORCHRUN[@]}" -m pytest -q -rs -x --durations=8 "$REPO/tests/python/torch/test_ep.py"
+  record ep-internode "$(result_of "$RC")" "$SECS" \
+    "nodes of $EP_NODE_SIZE: $(grep -Eo '[0-9]+ (passed|failed)[^=]*' "$OUT/ep-internode.log" | tail -1)"
   run_step "$OUT/ep-bench.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/ep_bench.py" --low-latency --json "$OUT/ep_bench.json"
   record ep-bench "$(result_of "$RC")" "$SECS" "$(grep -E '^\| meshcomm' "$OUT/ep-bench.log" | tail -1 | cut -c1-160)"
   run_step "$OUT/ep-megatron.log" timeout 300 "${TORCHRUN[@]}" "$REPO/bench/torch/megatron_moe.py" \

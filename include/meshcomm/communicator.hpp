@@ -42,6 +42,9 @@ class Communicator {
   Transport transportTo(int peer) const;
   // (pair) Connects to `peer`; both sides call connect(each other, tag).
   std::shared_ptr<Connection> connect(int peer, int tag);
+  // (pair) As connect(peer, tag) over the given transport: Tcp reaches any peer (on this host too, which is
+  // how a node boundary is emulated on one host); CudaIpc only a peer on this host. Both sides pass the same.
+  std::shared_ptr<Connection> connect(int peer, int tag, Transport transport);
 
   // Device error report (host-mapped) and the spin context device handles embed for waits on `peer`.
   SpinContext spinContext(int peer) const;
@@ -61,6 +64,10 @@ class Communicator {
     uint64_t* devicePtr() const;
   };
   Token allocateToken();
+  // As allocateToken, in pinned host memory the GPU reads through its mapping (zero). A TCP connection's
+  // receiver thread sets such a token with a CPU store, queuing no GPU work, so a host-signalled semaphore
+  // never waits behind the application's GPU work (streams beyond CUDA's hardware queues share them).
+  Token allocateHostToken();
   // Allocates a zeroed 8-byte device-local counter (never shared).
   uint64_t* allocateCounter();
 

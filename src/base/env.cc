@@ -65,6 +65,14 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Directory of execution plans (*.json, written with meshcomm.dsl) that every communicator adds to its "
        "algorithms after the built-in ones, so MESHCOMM_ALGO_TABLE and MESHCOMM_ALGO can name them; every "
        "rank must find the same plans (checked at Comm creation)."},
+      {"MESHCOMM_EP_NODE_SIZE", EnvType::Int, "0",
+       "Ranks per node of meshcomm.ep's normal mode: nodes are blocks of this many consecutive ranks, "
+       "NVLink inside a node, PortChannels over TCP between nodes (a divisor of the group size; on one host "
+       "it emulates several nodes). 0: the nodes of the bootstrap's host ids."},
+      {"MESHCOMM_EP_RECEIVE_BLOCKS", EnvType::Int, "0",
+       "Blocks of a meshcomm.ep normal-mode dispatch that copy received rows out, beside the blocks that "
+       "send "
+       "(together num_sms). 0: half of num_sms. docs/ep.md, \"Intranode dispatch\"."},
       {"MESHCOMM_ALGO", EnvType::String, "",
        "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "
        "forced algorithm that cannot run a call is an error."},

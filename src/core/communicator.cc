@@ -110,6 +110,8 @@ const char* deviceOpName(uint32_t op) {
       return "SendCountMismatch";
     case DeviceOp::EpOverflow:
       return "EpOverflow";
+    case DeviceOp::EpStagingOverflow:
+      return "EpStagingOverflow";
     case DeviceOp::EpBadExpert:
       return "EpBadExpert";
     case DeviceOp::EpDispatchWait:
@@ -156,7 +158,8 @@ Communicator::Impl::~Impl() {
   }
   try {
     std::lock_guard<std::mutex> lock(poolMu_);
-    tokenChunks_.clear();  // chunks still held by semaphores stay alive until those go
+    deviceTokens_.chunks.clear();  // chunks still held by semaphores stay alive until those go
+    hostTokens_.chunks.clear();
     counterChunks_.clear();
   } catch (...) {
   }
@@ -220,18 +223,34 @@ Transport Communicator::Impl::transportTo(int peer) const {
   return bootstrap->hostId(peer) == hostId ? Transport::CudaIpc : Transport::Tcp;
 }
 
-Communicator::Token Communicator::Impl::allocateToken() {
+Communicator::Token Communicator::Impl::allocateFrom(TokenPool& pool, bool hostMapped) {
   std::lock_guard<std::mutex> lock(poolMu_);
-  if (tokenChunks_.empty() || tokensUsed_ == kSlotsPerChunk) {
+  if (pool.chunks.empty() || pool.used == kSlotsPerChunk) {
     CudaDeviceGuard guard(device);
-    auto buffer = std::make_shared<GpuBuffer>(kPoolChunkBytes, GpuMemoryKind::CudaMalloc);
-    void* p = buffer->data();
-    RegisteredMemory chunk = registerMemory(p, kPoolChunkBytes, std::move(buffer));
-    tokenChunks_.push_back(std::move(chunk));
-    tokensUsed_ = 0;
+    void* p = nullptr;
+    std::shared_ptr<void> owner;
+    if (hostMapped) {
+      auto buffer = std::make_shared<HostMappedBuffer>(kPoolChunkBytes);  // zeroed; host == device address
+      p = buffer->host();
+      owner = std::move(buffer);
+    } else {
+      auto buffer = std::make_shared<GpuBuffer>(kPoolChunkBytes, GpuMemoryKind::CudaMalloc);
+      p = buffer->data();
+      owner = std::move(buffer);
+    }
+    pool.chunks.push_back(registerMemory(p, kPoolChunkBytes, std::move(owner)));
+    pool.used = 0;
   }
-  const uint64_t offset = static_cast<uint64_t>(tokensUsed_++) * sizeof(uint64_t);
-  return Communicator::Token{tokenChunks_.back(), offset};
+  const uint64_t offset = static_cast<uint64_t>(pool.used++) * sizeof(uint64_t);
+  return Communicator::Token{pool.chunks.back(), offset};
+}
+
+Communicator::Token Communicator::Impl::allocateToken() {
+  return allocateFrom(deviceTokens_, false);
+}
+
+Communicator::Token Communicator::Impl::allocateHostToken() {
+  return allocateFrom(hostTokens_, true);
 }
 
 uint64_t* Communicator::Impl::allocateCounter() {
@@ -291,6 +310,12 @@ void Communicator::Impl::checkDeviceError() const {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": expert-parallel buffer too small: rank ", peer,
                    " would receive ", expected, " rows or tokens, its buffer holds ", observed,
                    " (nothing was written; give the Buffer more bytes)");
+  }
+  if (op == static_cast<uint32_t>(DeviceOp::EpStagingOverflow)) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank,
+                   ": expert-parallel buffer too small to stage the rows for other nodes: this rank stages ",
+                   expected, " rows, its staging area holds ", observed,
+                   " (nothing was sent; give the Buffer more bytes: num_rdma_bytes adds to the region)");
   }
   if (op == static_cast<uint32_t>(DeviceOp::EpBadExpert)) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", wrank, ": expert index ", static_cast<int64_t>(observed),
@@ -363,8 +388,15 @@ Transport Communicator::transportTo(int peer) const {
 
 std::shared_ptr<Connection> Communicator::connect(int peer, int tag) {
   impl_->checkPeer(peer, "connect");
+  return connect(peer, tag, impl_->transportTo(peer));
+}
+
+std::shared_ptr<Connection> Communicator::connect(int peer, int tag, Transport transport) {
+  impl_->checkPeer(peer, "connect");
   MESHCOMM_REQUIRE(tag >= 0, impl_->who(), ": connect to peer ", peer, ": negative tag ", tag);
-  switch (impl_->transportTo(peer)) {
+  MESHCOMM_REQUIRE(transport != Transport::CudaIpc || impl_->bootstrap->hostId(peer) == impl_->hostId,
+                   impl_->who(), ": connect to peer ", peer, ": CUDA IPC needs a peer on this host");
+  switch (transport) {
     case Transport::CudaIpc:
       return internal::makeCudaIpcConnection(*this, peer, tag);
     case Transport::Tcp:
@@ -388,6 +420,9 @@ void Communicator::abortDeviceWaits() {
 
 Communicator::Token Communicator::allocateToken() {
   return impl_->allocateToken();
+}
+Communicator::Token Communicator::allocateHostToken() {
+  return impl_->allocateHostToken();
 }
 uint64_t* Communicator::allocateCounter() {
   return impl_->allocateCounter();

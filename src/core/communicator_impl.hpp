@@ -72,6 +72,7 @@ class Communicator::Impl {
   Transport transportTo(int peer) const;
 
   Communicator::Token allocateToken();
+  Communicator::Token allocateHostToken();
   uint64_t* allocateCounter();
 
   SpinContext spinContext(int peer) const;
@@ -87,9 +88,14 @@ class Communicator::Impl {
  private:
   HostMappedBuffer errorReport_;
   std::mutex poolMu_;
-  std::vector<RegisteredMemory>
-      tokenChunks_;        // each keeps its GpuBuffer alive (also beyond the communicator)
-  size_t tokensUsed_ = 0;  // slots used in tokenChunks_.back()
+  // A pool of 8-byte token slots in registered chunks (each keeps its buffer alive, also beyond the
+  // communicator): device memory, or pinned host memory mapped for the GPU.
+  struct TokenPool {
+    std::vector<RegisteredMemory> chunks;
+    size_t used = 0;  // slots used in chunks.back()
+  };
+  Communicator::Token allocateFrom(TokenPool& pool, bool hostMapped);
+  TokenPool deviceTokens_, hostTokens_;
   std::vector<std::unique_ptr<GpuBuffer>> counterChunks_;
   size_t countersUsed_ = 0;
 };

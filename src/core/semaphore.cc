@@ -81,7 +81,9 @@ Host2DeviceSemaphore::Host2DeviceSemaphore(Communicator& comm, std::shared_ptr<C
   const int internalTag =
       internal::internalTag(internal::TagSpace::HostSemaphore, tag, what, comm.rank(), peer);
 
-  inbound_ = comm.allocateToken();
+  // Over TCP the peer's signals arrive through this rank's receiver thread: a host token takes them as CPU
+  // stores (a device token would need a GPU write queued behind whatever shares the receiver's stream queue).
+  inbound_ = conn_->transport() == Transport::Tcp ? comm.allocateHostToken() : comm.allocateToken();
   uint64_t* expectedInbound = comm.allocateCounter();
   ExchangedToken theirs = exchangeTokens(comm, inbound_, peer, internalTag, what);
   if (conn_->transport() == Transport::CudaIpc && !theirs.memory.isMapped()) {

@@ -2,13 +2,16 @@
 // counters and scratch, argument checks, and the launches of ep_kernels.cu.
 #include "meshcomm/ep/ep_buffer.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <thread>
 
 #include "ep/ep_kernels.cuh"
+#include "ep/network_channels.hpp"
 #include "ep/peer_regions.hpp"
+#include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
 
@@ -16,20 +19,40 @@ namespace meshcomm::ep {
 
 namespace {
 
-constexpr int kRegionTag = 0x3c00000 + 64;  // distinct from the collectives' and Window's exchange tags
+constexpr int kRegionTag = 0x3c00000 + 64;   // distinct from the collectives' and Window's exchange tags
+constexpr int kNetworkTag = kRegionTag + 1;  // .. + 3 (NetworkChannels)
 
 }  // namespace
 
 class EpBuffer::Impl {
  public:
-  Impl(Comm& comm, size_t bytes, int blocks)
-      : comm_(comm), rank_(comm.rank()), size_(comm.size()), bytes_(bytes), layout_(RegionLayout::of(bytes)) {
+  Impl(Comm& comm, size_t bytes, int blocks, size_t networkBytes)
+      : comm_(comm),
+        rank_(comm.rank()),
+        size_(comm.size()),
+        bytes_(bytes),
+        nodeSize_(nodeSizeOf(comm)),
+        layout_(RegionLayout::of(bytes)) {
     MESHCOMM_REQUIRE(bytes % 256 == 0 && bytes > layout_.headerBytes(), "rank ", rank_, ": EpBuffer: ", bytes,
                      " bytes; a multiple of 256 above ", layout_.headerBytes(), " is needed");
     CudaDeviceGuard guard(comm.cudaDevice());
     blocks_ = blocks;
+    // A dispatch runs its send and receive kernels side by side on a split of the blocks.
+    const int64_t receive = envInt("MESHCOMM_EP_RECEIVE_BLOCKS");
+    receiveBlocks_ = receive > 0 ? static_cast<int>(receive) : std::max(1, blocks / 2);
+    MESHCOMM_REQUIRE(
+        blocks >= 2 && receiveBlocks_ < blocks && blocks - receiveBlocks_ <= kMaxSendBlocks, "rank ", rank_,
+        ": EpBuffer: ", blocks, " blocks, ", receiveBlocks_,
+        " of them receiving (MESHCOMM_EP_RECEIVE_BLOCKS); at least 2, at least one sending and at most ",
+        kMaxSendBlocks, " sending are needed");
     Communicator& c = comm.communicator();
     regions_ = std::make_unique<PeerRegions>(comm, bytes, blocks, kRegionTag, "EpBuffer");
+    const size_t network = networkBytes > 0 ? networkBytes : bytes;
+    MESHCOMM_REQUIRE(nodeSize_ == size_ || network > NetworkLayout::of(0).headerBytes(), "rank ", rank_,
+                     ": EpBuffer: a network region of ", network, " bytes; more than ",
+                     NetworkLayout::of(0).headerBytes(), " are needed across nodes");
+    network_ = std::make_unique<NetworkChannels>(comm, nodeSize_, network, kNetworkTag);
+    networkState_ = GpuBuffer(sizeof(NetworkState));
     scratch_ = GpuBuffer(sizeof(int32_t) * (kMaxRanks * (kMaxRanks + 1) + 1));
     hostCounts_ = HostMappedBuffer(sizeof(HostCounts));
     std::memset(hostCounts_.host(), 0, sizeof(HostCounts));
@@ -39,13 +62,28 @@ class EpBuffer::Impl {
     view_.rank = rank_;
     view_.size = size_;
     view_.blocks = blocks_;
+    view_.receiveBlocks = receiveBlocks_;
     view_.dispatchEpoch = c.allocateCounter();
     view_.combineEpoch = c.allocateCounter();
     view_.dispatchStarted = c.allocateCounter();
+    view_.receiveEpoch = c.allocateCounter();
+    view_.receiveStarted = c.allocateCounter();
+    view_.countsEpoch = c.allocateCounter();
     view_.combineStarted = c.allocateCounter();
     view_.matrix = static_cast<int32_t*>(scratch_.data());
     view_.receivedRows = view_.matrix + kMaxRanks * (kMaxRanks + 1);
     view_.hostCounts = static_cast<HostCounts*>(hostCounts_.device());
+    view_.nodeSize = nodeSize_;
+    view_.net = network_->handles();
+    view_.network = network_->region();
+    view_.netLayout = NetworkLayout::of(network);
+    view_.netState = static_cast<NetworkState*>(networkState_.data());
+  }
+
+  // A failure recorded on this rank: a device error, or one of the network proxy.
+  void checkError() const {
+    comm_.checkError();
+    network_->checkError();
   }
 
   void checkShape(const Shape& s, const char* op) const {
@@ -65,18 +103,25 @@ class EpBuffer::Impl {
   Comm& comm_;
   const int rank_, size_;
   const size_t bytes_;
+  const int nodeSize_;
   const RegionLayout layout_;
   int blocks_ = 0;
+  int receiveBlocks_ = 0;                 // of blocks_, the dispatch receive kernel's
   std::unique_ptr<PeerRegions> regions_;  // this rank's region and every peer's, mapped
+  std::unique_ptr<NetworkChannels> network_;
+  GpuBuffer networkState_;
   GpuBuffer scratch_;
   HostMappedBuffer hostCounts_;
   KernelView view_{};
-  uint64_t sends_ = 0;  // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
+  uint64_t sends_ = 0;     // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
+  uint64_t receives_ = 0;  // sends whose receive epoch has been accounted for (received, or skipped)
+  uint64_t signalled_ =
+      0;  // sends whose rows signals from other nodes have been awaited (received, or skipped)
   int localExperts_ = 0;
 };
 
-EpBuffer::EpBuffer(Comm& comm, size_t bytes, int blocks)
-    : impl_(std::make_unique<Impl>(comm, bytes, blocks)) {}
+EpBuffer::EpBuffer(Comm& comm, size_t bytes, int blocks, size_t networkBytes)
+    : impl_(std::make_unique<Impl>(comm, bytes, blocks, networkBytes)) {}
 
 EpBuffer::~EpBuffer() {
   // Every peer must be done with this region before it goes: drain this GPU, then agree.
@@ -99,6 +144,9 @@ size_t EpBuffer::bytes() const {
 }
 int EpBuffer::blocks() const {
   return impl_->blocks_;
+}
+int EpBuffer::nodeSize() const {
+  return impl_->nodeSize_;
 }
 void* EpBuffer::localData() const {
   return impl_->regions_->local() + impl_->layout_.rows;
@@ -132,7 +180,7 @@ void EpBuffer::layout(const int64_t* topkIdx, int tokens, const Shape& shape, co
 
 void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaStream_t stream) {
   const char* op = "dispatch";
-  impl_->comm_.checkError();  // a failure of an earlier call that no host wait saw raises here
+  impl_->checkError();  // a failure of an earlier call that no host wait saw raises here
   impl_->checkShape(shape, op);
   MESHCOMM_REQUIRE(in.tokens >= 0 && in.expertAlignment >= 1, "rank ", impl_->rank_, ": ", op, ": ",
                    in.tokens, " tokens, expert alignment ", in.expertAlignment);
@@ -146,6 +194,12 @@ void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaSt
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
   impl_->localExperts_ = shape.numExperts / impl_->size_;
   KernelView view = impl_->view_;
+  if (view.net && impl_->sends_ > impl_->signalled_) {
+    // Sends whose receive never ran left their rows signals from other nodes unawaited: await them before
+    // this send awaits its count signals on the same channels (a channel's signals are awaited in order).
+    kernels::launchSkipNetworkSignals(view, impl_->sends_ - impl_->signalled_, stream);
+  }
+  impl_->signalled_ = impl_->sends_;
   view.hostTicket = ++impl_->sends_;
   kernels::launchDispatchSend(view, in, shape, stream);
 }
@@ -155,7 +209,7 @@ ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::microseconds(1);
   while (counts->tag != impl_->sends_) {
-    impl_->comm_.checkError();  // a peer that never sends its counts is a device timeout
+    impl_->checkError();  // a peer that never sends its counts is a device timeout
     if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeoutSec) {
       MESHCOMM_THROW(ErrorCode::Timeout, "rank ", impl_->rank_,
                      ": dispatch: the receive counts did not arrive within ", timeoutSec,
@@ -166,7 +220,7 @@ ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   // The send kernel reports a receive that does not fit (it then writes nothing) before it publishes the tag.
-  impl_->comm_.checkError();
+  impl_->checkError();
   ReceiveCounts r;
   r.rows = counts->rows;
   r.perLocalExpert.assign(impl_->localExperts_, 0);
@@ -182,14 +236,24 @@ void EpBuffer::dispatchReceive(const DispatchOutputs& out, const Shape& shape, c
   if (out.capacityRows > 0) impl_->requirePointer(out.x, op, "recv_x");
   if (shape.scales > 0 && out.capacityRows > 0) impl_->requirePointer(out.scales, op, "recv_x's scales");
   impl_->requirePointer(out.rankPrefix, op, "rank_prefix_matrix");
+  MESHCOMM_REQUIRE(impl_->receives_ < impl_->sends_, "rank ", impl_->rank_, ": ", op,
+                   ": dispatchReceive without a dispatchSend before it");
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
+  // Sends whose receive never ran (an error between the two calls) still count on the receive epoch, so that
+  // this receive waits for its own send's records, not stale ones with the flag it would otherwise expect.
+  const uint64_t skipped = impl_->sends_ - impl_->receives_ - 1;
+  if (skipped > 0)
+    kernels::launchSkipEpochs(impl_->view_.receiveEpoch, impl_->view_.receiveStarted, skipped,
+                              impl_->view_.receiveBlocks, stream);
+  impl_->receives_ = impl_->sends_;
+  impl_->signalled_ = impl_->sends_;
   kernels::launchDispatchReceive(impl_->view_, out, shape, stream);
 }
 
 void EpBuffer::combine(const CombineInputs& in, const Shape& shape, const CombineOutputs& out,
                        cudaStream_t stream) {
   const char* op = "combine";
-  impl_->comm_.checkError();
+  impl_->checkError();
   impl_->checkShape(shape, op);
   MESHCOMM_REQUIRE(in.rows >= 0 && in.tokens >= 0, "rank ", impl_->rank_, ": ", op, ": ", in.rows, " rows, ",
                    in.tokens, " tokens");
@@ -206,7 +270,14 @@ void EpBuffer::combine(const CombineInputs& in, const Shape& shape, const Combin
     impl_->requirePointer(out.x, op, "combined_x");
   }
   CudaDeviceGuard guard(impl_->comm_.cudaDevice());
-  kernels::launchCombine(impl_->view_, in, shape, out, stream);
+  KernelView view = impl_->view_;
+  if (view.net) {  // no allocation here: a host thread's cudaFree would stall the proxy's copies
+    if (in.tokens > 0)
+      impl_->requirePointer(in.tokenRowIndex, op, "the token row index scratch (across nodes)");
+    kernels::launchTokenRowIndex(in.tokenInRank, in.tokens, impl_->size_, in.tokenRowIndex, stream);
+    view.tokenRowIndex = in.tokenRowIndex;
+  }
+  kernels::launchCombine(view, in, shape, out, stream);
 }
 
 }  // namespace meshcomm::ep

@@ -26,6 +26,8 @@ class PeerRegions {
 
   char* region(int rank) const { return static_cast<char*>(memories_[rank].data()); }  // own at comm.rank()
   char* local() const { return static_cast<char*>(local_.data()); }
+  // The registration of `rank`'s region as this rank holds it (its own, or the peer's as received).
+  const RegisteredMemory& memory(int rank) const { return memories_[rank]; }
   SpinContext spin(int peer) const;
   size_t bytes() const { return bytes_; }
 

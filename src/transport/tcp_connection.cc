@@ -40,16 +40,22 @@ double tcpTimeoutSec() {
 }
 
 // Waits for a stream when leaving its scope, also on an exception: work queued on the stream into a leased
-// registration completes before the lease (declared earlier) ends.
+// registration completes before the lease (declared earlier) ends. `queued` says whether anything was
+// queued since the last wait: host-memory traffic makes no CUDA call at all.
 class StreamDrain {
  public:
-  explicit StreamDrain(cudaStream_t stream) : stream_(stream) {}
-  ~StreamDrain() { (void)cudaStreamSynchronize(stream_); }
+  StreamDrain(cudaStream_t stream, bool& queued) : stream_(stream), queued_(queued) {}
+  ~StreamDrain() {
+    if (!queued_) return;
+    (void)cudaStreamSynchronize(stream_);
+    queued_ = false;
+  }
   StreamDrain(const StreamDrain&) = delete;
   StreamDrain& operator=(const StreamDrain&) = delete;
 
  private:
   cudaStream_t stream_;
+  bool& queued_;
 };
 
 // Logging from a catch handler of a noexcept function must not throw again.
@@ -385,6 +391,7 @@ void TcpConnection::receiveDevicePayload(const RegistrationLease& target, uint64
     const size_t n = static_cast<size_t>(std::min<uint64_t>(slotBytes, bytes - done));
     MESHCOMM_CUDA_CHECK(cudaEventSynchronize(recvStaging_.event(k)));  // the slot's previous copy is done
     recvBytes(recvStaging_.slot(k), n, "write payload");
+    recvQueued_ = true;  // before the copy: a failure after it still drains the stream
     MESHCOMM_CUDA_CHECK(cudaMemcpyAsync(target.target() + done, recvStaging_.slot(k), n,
                                         cudaMemcpyHostToDevice, recvStream_.get()));
     MESHCOMM_CUDA_CHECK(cudaEventRecord(recvStaging_.event(k), recvStream_.get()));
@@ -394,7 +401,8 @@ void TcpConnection::receiveDevicePayload(const RegistrationLease& target, uint64
 
 void TcpConnection::receiveWrite(const tcpwire::Header& h) {
   const RegistrationLease target = leaseTarget(h, h.value);
-  const StreamDrain drain(recvStream_.get());  // copies into the target land before the lease ends
+  const StreamDrain drain(recvStream_.get(),
+                          recvQueued_);  // copies into the target land before the lease ends
   if (target.kind() == MemoryKind::Host) {
     receiveHostPayload(target, h.value);
   } else {
@@ -404,24 +412,27 @@ void TcpConnection::receiveWrite(const tcpwire::Header& h) {
 
 void TcpConnection::applyUpdate(const tcpwire::Header& h) {
   const RegistrationLease target = leaseTarget(h, sizeof(uint64_t));
-  const StreamDrain drain(recvStream_.get());  // the stream's write of the value lands before the lease ends
+  const StreamDrain drain(recvStream_.get(), recvQueued_);  // the stream's write lands before the lease ends
   if (reinterpret_cast<uintptr_t>(target.target()) % 8 != 0) {
     MESHCOMM_THROW(ErrorCode::RemoteError, where(), ": the peer's update of memory id ", h.memoryId,
                    " offset ", h.offset, " is not 8-byte aligned; closing the connection");
   }
   if (target.kind() == MemoryKind::Host) {
     // Earlier writes may still be copying on the stream: let them land first.
-    MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(recvStream_.get()));
+    if (recvQueued_) MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(recvStream_.get()));
+    recvQueued_ = false;
     __atomic_store_n(reinterpret_cast<uint64_t*>(target.target()), h.value, __ATOMIC_RELEASE);
     return;
   }
   // Same stream as the data, default flags: lands after every earlier copy, behind a fence.
+  recvQueued_ = true;
   MESHCOMM_CU(cuStreamWriteValue64, recvStream_.get(), reinterpret_cast<CUdeviceptr>(target.target()),
               static_cast<cuuint64_t>(h.value), CU_STREAM_WRITE_VALUE_DEFAULT);
 }
 
 void TcpConnection::answerFlush(const tcpwire::Header& h) {
-  MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(recvStream_.get()));
+  if (recvQueued_) MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(recvStream_.get()));
+  recvQueued_ = false;
   const tcpwire::HeaderBytes ack = tcpwire::encodeHeader({tcpwire::Op::Ack, 0, 0, h.value});
   const net::Deadline deadline = net::Deadline::after(ioTimeoutSec_);
   net::IoStatus s = net::sendAll(in_.get(), ack.data(), ack.size(), deadline);

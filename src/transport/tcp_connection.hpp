@@ -129,6 +129,7 @@ class TcpConnection final : public Connection, public internal::AsyncFlushConnec
 
   // Receiver.
   internal::OwnedStream recvStream_;
+  bool recvQueued_ = false;  // receiver thread: work queued on recvStream_ since its last synchronisation
   PinnedStaging recvStaging_;
   std::thread receiver_;
 

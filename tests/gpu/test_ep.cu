@@ -138,6 +138,14 @@ TEST_F(Ep, DispatchAndCombineMatchTheHostReference) {
     in.tokenInRank = static_cast<const bool*>(dInRank.data());
     in.tokensPerRank = static_cast<const int*>(dPerRank.data());
     in.tokensPerExpert = static_cast<const int*>(dPerExpert.data());
+    if (call == 1) {
+      // A dispatch whose receive never runs (as when the caller fails between the two calls), sending only
+      // the first half of the tokens: the next receive must take its own send's rows, not these.
+      ep::DispatchInputs half = in;
+      half.tokens = T / 2;
+      buf.dispatchSend(half, shape, stream());
+      (void)buf.waitReceiveCounts(60);
+    }
     buf.dispatchSend(in, shape, stream());
     const ep::ReceiveCounts counts = buf.waitReceiveCounts(60);
     ASSERT_EQ(counts.rows, static_cast<int64_t>(refRows.size())) << "call " << call;

@@ -2,6 +2,7 @@
 // tensors. meshcomm.ep.Buffer (Python) drives it with DeepEP's V1 API: it chooses the streams, allocates the
 // outputs and shares the UniqueId over the torch process group; this module checks tensors and launches.
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
@@ -49,7 +50,7 @@ cudaStream_t asStream(int64_t stream) {
 class EpRuntime {
  public:
   EpRuntime(const py::bytes& uniqueId, int rank, int size, int device, int64_t bytes, int blocks,
-            int64_t lowLatencyBytes, int lowLatencyBlocks)
+            int64_t lowLatencyBytes, int lowLatencyBlocks, int64_t networkBytes)
       : rank_(rank), device_(at::kCUDA, static_cast<c10::DeviceIndex>(device)) {
     const std::string id = uniqueId;
     UniqueId uid;
@@ -62,7 +63,10 @@ class EpRuntime {
       CommConfig config;
       config.cudaDevice = device;
       comm_ = std::make_unique<Comm>(std::make_shared<TcpBootstrap>(rank, size, uid), config);
-      if (bytes > 0) buffer_ = std::make_unique<ep::EpBuffer>(*comm_, static_cast<size_t>(bytes), blocks);
+      if (bytes > 0) {
+        buffer_ = std::make_unique<ep::EpBuffer>(*comm_, static_cast<size_t>(bytes), blocks,
+                                                 static_cast<size_t>(networkBytes));
+      }
       if (lowLatencyBytes > 0) {
         lowLatency_ = std::make_unique<ep::LowLatencyBuffer>(*comm_, static_cast<size_t>(lowLatencyBytes),
                                                              lowLatencyBlocks);
@@ -282,8 +286,17 @@ class EpRuntime {
     in.bias0 = bias0 ? bias0->data_ptr() : nullptr;
     in.bias1 = bias1 ? bias1->data_ptr() : nullptr;
     c10::cuda::CUDAGuard guard(device_);
+    ep::EpBuffer& b = buffer(op);
+    at::Tensor rowIndex;
+    if (b.nodeSize() < b.size()) {
+      // Scratch from the caching allocator on the communication stream (stream-ordered reuse after this
+      // call).
+      c10::cuda::CUDAStreamGuard onComm(c10::cuda::getStreamFromExternal(asStream(stream), device_.index()));
+      rowIndex = at::empty({inRank.size(0), b.size()}, out.options().dtype(at::kInt));
+      in.tokenRowIndex = rowIndex.data_ptr<int32_t>();
+    }
     translateErrors([&] {
-      buffer(op).combine(in, shape, {out.data_ptr(), dataOf<float>(outWeights)}, asStream(stream));
+      b.combine(in, shape, {out.data_ptr(), dataOf<float>(outWeights)}, asStream(stream));
     });
   }
 
@@ -321,14 +334,16 @@ PYBIND11_MODULE(_torch_ep, m) {
            }),
            py::arg("hidden_bytes"), py::arg("scales"), py::arg("topk"), py::arg("num_experts"));
   py::class_<EpRuntime>(m, "EpRuntime")
-      .def(py::init<const py::bytes&, int, int, int, int64_t, int, int64_t, int>(), py::arg("unique_id"),
-           py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("bytes"), py::arg("blocks"),
-           py::arg("low_latency_bytes"), py::arg("low_latency_blocks"))
+      .def(py::init<const py::bytes&, int, int, int, int64_t, int, int64_t, int, int64_t>(),
+           py::arg("unique_id"), py::arg("rank"), py::arg("size"), py::arg("device"), py::arg("bytes"),
+           py::arg("blocks"), py::arg("low_latency_bytes"), py::arg("low_latency_blocks"),
+           py::arg("network_bytes"))
       .def("low_latency_dispatch", &EpRuntime::lowLatencyDispatch)
       .def("low_latency_combine", &EpRuntime::lowLatencyCombine)
       .def("low_latency_combine_source", &EpRuntime::lowLatencyCombineSource)
       .def("destroy", &EpRuntime::destroy)
       .def("local_data", &EpRuntime::localData, py::arg("dtype"), py::arg("offset"))
+      .def("node_size", [](EpRuntime& r) { return r.buffer("node_size").nodeSize(); })
       .def("dispatch_capacity", &EpRuntime::dispatchCapacity)
       .def("combine_capacity", &EpRuntime::combineCapacity)
       .def("layout", &EpRuntime::layout)

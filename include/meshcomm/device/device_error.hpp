@@ -25,6 +25,7 @@ enum class DeviceOp : uint32_t {
   EpBadExpert = 9,      // an expert index outside [-1, experts) (expected: experts, observed: the index)
   EpDispatchWait = 10,  // a low-latency dispatch waiting for a peer's counts or credit
   EpCombineWait = 11,   // a low-latency combine waiting for a peer's rows or credit
+  EpStagingOverflow = 12,  // staged rows for other nodes do not fit (expected: rows, observed: room)
 };
 
 // Lives in host-mapped pinned memory, one per Communicator. Written by the first device wait that fails.

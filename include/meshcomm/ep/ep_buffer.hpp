@@ -1,13 +1,16 @@
-// EpBuffer: expert-parallel dispatch and combine inside one NVLink node (docs/ep.md). Every rank of a Comm
-// owns one registered device region that every peer maps; dispatch writes each token once, straight to its
-// final row in each destination's region (rows by source rank, then source token: DeepEP's order), after an
-// epoch-tagged LL exchange of the token counts that also tells a sender that the destination has finished
-// with the region's previous contents; combine writes each expert output row back into the source's
-// per-sender slab, indexed by token, and the source sums its rows per token.
+// EpBuffer: expert-parallel dispatch and combine over NVLink inside a node and PortChannels between nodes
+// (docs/ep.md). Every rank of a Comm owns one registered device region that every node peer maps; dispatch
+// writes each token once, straight to its final row in each destination's region (rows by source rank, then
+// source token: DeepEP's order), after an epoch-tagged LL exchange of the token counts that also tells a
+// sender that the destination has finished with the region's previous contents; combine writes each expert
+// output row back into the source's per-sender slab, indexed by token, and the source sums its rows per
+// token. Across nodes the rows are staged and put over the network (docs/ep.md, "Internode").
 //
-// A dispatch is three calls on one stream: dispatchSend (counts, then rows; returns at once), optionally
-// waitReceiveCounts (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive
-// (waits for every peer's rows and copies them out). Every rank makes the same calls with the same Shape and
+// A dispatch is three calls: dispatchSend (counts, then rows; returns at once), optionally waitReceiveCounts
+// (the host learns this rank's row count, e.g. to size its outputs), and dispatchReceive (copies every peer's
+// rows out as they arrive). dispatchReceive may run on a second stream beside dispatchSend (ordered after
+// what precedes the send), to overlap its copy with the sends; the caller then orders later work after both,
+// and the next dispatch's send after this receive. Every rank makes the same calls with the same Shape and
 // launch size; the epochs live in device memory, so captured CUDA graphs replay correctly (then size the
 // outputs for the worst case and skip waitReceiveCounts). Device-side failures (a receive that does not fit
 // the region, a peer that never arrives) are reported through Comm::checkError.
@@ -83,6 +86,9 @@ struct CombineInputs {
   const bool* tokenInRank = nullptr;   // [tokens][R] (its dispatch layout)
   const void* bias0 = nullptr;         // [tokens][hiddenBytes] bf16 or null
   const void* bias1 = nullptr;         // [tokens][hiddenBytes] bf16 or null
+  // Across nodes (nodeSize() < size()): [tokens][R] device scratch the combine fills before its kernel (each
+  // token's rank among this rank's tokens sent to each rank); unused, and may be null, inside one node.
+  int32_t* tokenRowIndex = nullptr;
 };
 
 struct CombineOutputs {
@@ -94,8 +100,11 @@ class EpBuffer {
  public:
   // Collective over `comm`: registers `bytes` of device memory on every rank (the same size everywhere) and
   // maps every peer's. `blocks` is the launch size of the communicating kernels (the same everywhere; at
-  // most the GPU's multiprocessors, so that every block is resident).
-  EpBuffer(Comm& comm, size_t bytes, int blocks = 24);
+  // least 2 and at most the GPU's multiprocessors, so that every block is resident); a dispatch sends on
+  // blocks - max(1, blocks / 4) and receives on the rest. Across nodes (nodeSize() < size()) each rank also
+  // allocates a network region of `networkBytes` of pinned host memory (0: `bytes`; the same everywhere) for
+  // the rows that cross the network.
+  EpBuffer(Comm& comm, size_t bytes, int blocks = 24, size_t networkBytes = 0);
   ~EpBuffer();
   EpBuffer(const EpBuffer&) = delete;
   EpBuffer& operator=(const EpBuffer&) = delete;
@@ -104,6 +113,10 @@ class EpBuffer {
   int size() const;
   size_t bytes() const;
   int blocks() const;
+  // Ranks per node (docs/ep.md, "Internode"): the group's size inside one node; smaller when the group spans
+  // nodes (MESHCOMM_EP_NODE_SIZE, or the bootstrap's host ids), whose ranks are then reached over the
+  // network.
+  int nodeSize() const;
   // This rank's data area (device memory): the rows dispatch receives into, then the combine slabs; the
   // protocol's counters and packets lie before it. What a dispatch or combine leaves there is overwritten
   // by the next one (DeepEP's get_local_buffer_tensor).

@@ -11,7 +11,8 @@ Every call runs on the Buffer's communication stream, which first waits for ``pr
 caller's stream); without ``async_finish`` the caller's stream then waits for it, with it the returned
 EventOverlap carries the completion (docs/ep.md, "Streams"). The normal (high-throughput) mode runs on
 meshcomm::ep::EpBuffer, the low-latency mode (``low_latency_mode=True``, NVLink alone) on
-meshcomm::ep::LowLatencyBuffer; the internode mode raises NotImplementedError.
+meshcomm::ep::LowLatencyBuffer. A group that spans nodes (MESHCOMM_EP_NODE_SIZE, or the ranks' hosts) runs the
+normal mode across them: NVLink inside a node, PortChannels between nodes (docs/ep.md, "Internode").
 """
 
 from typing import List, Optional, Tuple, Union
@@ -79,7 +80,7 @@ class Buffer:
         if allow_mnnvl or use_fabric or enable_shrink or comm is not None:
             _not_implemented("allow_mnnvl, use_fabric, enable_shrink and an external comm")
         if self.group_size > NUM_MAX_NVL_PEERS:
-            _not_implemented(f"a group of {self.group_size} ranks (internode dispatch; at most {NUM_MAX_NVL_PEERS})")
+            _not_implemented(f"a group of {self.group_size} ranks (meshcomm.ep runs at most {NUM_MAX_NVL_PEERS})")
         if num_nvl_bytes < 0 or (num_nvl_bytes == 0 and not low_latency_mode):
             raise ValueError(f"{where}: num_nvl_bytes={num_nvl_bytes}; the intranode mode needs a positive size")
         if num_nvl_bytes % 128 != 0:
@@ -90,22 +91,32 @@ class Buffer:
                 "Buffer.get_low_latency_rdma_size_hint gives"
             )
         self.num_nvl_bytes = num_nvl_bytes
-        self.num_rdma_bytes = num_rdma_bytes  # the low-latency region; unused otherwise inside one node
+        self.num_rdma_bytes = num_rdma_bytes  # the low-latency region, else the network region across nodes
         self.low_latency_mode = low_latency_mode
         self.explicitly_destroy = explicitly_destroy
         self._device = torch.device("cuda", torch.cuda.current_device())
         self._comm_stream = torch.cuda.Stream(self._device)
+        # A dispatch's receive kernel runs on its own stream beside the send kernel (forked from the
+        # communication stream before the send, joined back after the receive).
+        self._recv_stream = torch.cuda.Stream(self._device)
+        self._send_start = torch.cuda.Event()
 
         # rank 0's UniqueId through the group, then the collective construction of the region.
         box = [_torch_ep.create_unique_id(self.group_size) if self.rank == 0 else None]
         dist.broadcast_object_list(box, src=dist.get_global_rank(group, 0), group=group)
         region_bytes = (num_nvl_bytes + 255) // 256 * 256
+        # Across nodes: the network region (pinned host memory) is num_rdma_bytes, or num_nvl_bytes when 0.
+        network_bytes = (num_rdma_bytes if num_rdma_bytes > 0 and not low_latency_mode else num_nvl_bytes)
+        network_bytes = (network_bytes + 255) // 256 * 256
         low_latency_bytes = (num_rdma_bytes + 255) // 256 * 256 if low_latency_mode else 0
         sms = torch.cuda.get_device_properties(self._device).multi_processor_count
         self._runtime = _torch_ep.EpRuntime(
             box[0], self.rank, self.group_size, self._device.index, region_bytes, Buffer.num_sms,
-            low_latency_bytes, min(sms, _LOW_LATENCY_BLOCKS),
+            low_latency_bytes, min(sms, _LOW_LATENCY_BLOCKS), network_bytes,
         )
+        # Ranks per node: the group's size inside one node (DeepEP's NVL ranks; its RDMA ranks are the nodes).
+        self.num_nvl_ranks = self._runtime.node_size() if region_bytes > 0 else self.group_size
+        self.num_rdma_ranks = self.group_size // self.num_nvl_ranks
 
     # ---- lifetime -------------------------------------------------------------------------------------------
     def destroy(self) -> None:
@@ -237,7 +248,8 @@ class Buffer:
         async_finish: bool = False,
         allocate_on_comm_stream: bool = False,
     ):
-        """Local: ``(num_tokens_per_rank [R] i32, None, num_tokens_per_expert [E] i32, is_token_in_rank [T,R] bool, event)``."""
+        """Local: ``(num_tokens_per_rank [R] i32, num_tokens_per_rdma_rank [nodes] i32 or None inside one node,
+        num_tokens_per_expert [E] i32, is_token_in_rank [T,R] bool, event)``."""
         op = "get_dispatch_layout"
         runtime = self._live(op)
         if topk_idx.dim() != 2:
@@ -249,8 +261,16 @@ class Buffer:
             per_expert = torch.empty(num_experts, dtype=torch.int32, device=self._device)
             in_rank = torch.empty(topk_idx.size(0), self.group_size, dtype=torch.bool, device=self._device)
         runtime.layout(topk_idx, shape, per_rank, per_expert, in_rank, self._comm_stream.cuda_stream)
-        event = self._finish(compute, self._comm_stream, async_finish, allocate_on_comm_stream, (topk_idx, per_rank, per_expert, in_rank))
-        return per_rank, None, per_expert, in_rank, event
+        per_node = None
+        if self.num_rdma_ranks > 1:
+            with torch.cuda.stream(alloc):
+                per_node = torch.empty(self.num_rdma_ranks, dtype=torch.int32, device=self._device)
+            with torch.cuda.stream(self._comm_stream):
+                torch.sum(in_rank.view(-1, self.num_rdma_ranks, self.num_nvl_ranks).any(2), 0, dtype=torch.int32, out=per_node)
+        event = self._finish(
+            compute, self._comm_stream, async_finish, allocate_on_comm_stream, (topk_idx, per_rank, per_node, per_expert, in_rank)
+        )
+        return per_rank, per_node, per_expert, in_rank, event
 
     # ---- dispatch -------------------------------------------------------------------------------------------
     def dispatch(
@@ -280,8 +300,7 @@ class Buffer:
         runtime = self._live(op)
         where = f"meshcomm.ep.Buffer: rank {self.rank}: {op}"
         self._check_config(op, config)
-        if num_tokens_per_rdma_rank is not None:
-            _not_implemented("internode dispatch (num_tokens_per_rdma_rank)")
+        # num_tokens_per_rdma_rank (get_dispatch_layout's per-node counts) is implied by is_token_in_rank.
         x_data, x_scales = x if isinstance(x, tuple) else (x, None)
         if x_data.dim() != 2:
             raise ValueError(f"{where}: x must be [tokens, hidden], got {tuple(x_data.shape)}")
@@ -318,10 +337,14 @@ class Buffer:
         if handle is not None:
             with torch.cuda.stream(self._comm_stream):
                 per_rank = is_token_in_rank.sum(0, dtype=torch.int32)
+            # The receive kernel follows everything before the send on the communication stream (memory freed
+            # there may back the outputs).
+            self._send_start.record(self._comm_stream)
             runtime.dispatch_send(x_data, scales, None, None, is_token_in_rank, per_rank, None, shape, 1, stream)
             counts: List[int] = []
         else:
             per_rank = num_tokens_per_rank
+            self._send_start.record(self._comm_stream)
             runtime.dispatch_send(
                 x_data, scales, topk_idx, topk_weights, is_token_in_rank, num_tokens_per_rank, num_tokens_per_expert,
                 shape, expert_alignment, stream,
@@ -343,7 +366,11 @@ class Buffer:
             if handle is None and topk_idx is not None:
                 recv_topk_idx = torch.empty(num_recv, topk_idx.size(1), dtype=topk_idx_t, device=self._device)
                 recv_topk_weights = torch.empty(num_recv, topk_idx.size(1), dtype=torch.float32, device=self._device)
-        runtime.dispatch_receive(recv_x, recv_scales, recv_topk_idx, recv_topk_weights, recv_src, prefix, shape, stream)
+        self._recv_stream.wait_event(self._send_start)
+        runtime.dispatch_receive(
+            recv_x, recv_scales, recv_topk_idx, recv_topk_weights, recv_src, prefix, shape, self._recv_stream.cuda_stream
+        )
+        self._comm_stream.wait_stream(self._recv_stream)
 
         event = self._finish(
             compute,

@@ -5,8 +5,10 @@ on the host, so each result is checked against a host reference without communic
 per rank and some top-k entries are -1.
 
 Run (one process per GPU): PYTHONPATH=<build>/python torchrun --nproc-per-node=<GPUs> -m pytest -q tests/python/torch
+With MESHCOMM_EP_NODE_SIZE=L the same tests run the internode mode: nodes of L ranks, TCP between them.
 """
 
+import os
 import zlib
 
 import pytest
@@ -106,7 +108,13 @@ def test_layout_matches_the_host(world, buf):
     x, idx, w = inputs(world, world.rank, "layout", num_experts)
     per_rank, rdma, per_expert, in_rank, event = buf.get_dispatch_layout(gpu(world, idx), num_experts)
     ref_rank, ref_expert, ref_in = layout_of(world, idx, num_experts)
-    assert rdma is None and event.event is None
+    assert event.event is None
+    node_size = int(os.environ.get("MESHCOMM_EP_NODE_SIZE", "0")) or world.size  # one host: one node by default
+    assert (buf.num_nvl_ranks, buf.num_rdma_ranks) == (node_size, world.size // node_size)
+    if buf.num_rdma_ranks == 1:
+        assert rdma is None
+    else:  # tokens with at least one expert on each node
+        assert_same(rdma, ref_in.view(-1, buf.num_rdma_ranks, node_size).any(2).sum(0).int(), "num_tokens_per_rdma_rank")
     assert_same(per_rank, ref_rank, "num_tokens_per_rank")
     assert_same(per_expert, ref_expert, "num_tokens_per_expert")
     assert_same(in_rank, ref_in, "is_token_in_rank")
@@ -331,7 +339,6 @@ def test_the_local_buffer_tensor_is_the_data_area_and_writing_it_breaks_nothing(
 def test_ten_thousand_dispatch_combine_rounds_with_changing_routing_keep_memory_flat(world, buf):
     """Each round draws new routing and token counts on the GPU; every round's combine (of the received rows
     sent back unchanged) must equal x times the number of ranks each token went to, checked on the GPU."""
-    import os
 
     torch = world.torch
     rounds = int(os.environ.get("MESHCOMM_EP_SOAK_ROUNDS", "10000"))
@@ -369,7 +376,6 @@ def test_ten_thousand_dispatch_combine_rounds_with_changing_routing_keep_memory_
 
 
 def host_rss_bytes():
-    import os
 
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
