@@ -10,6 +10,7 @@
 
 #include "ep/ep_epoch.cuh"
 #include "ep/ep_kernels.cuh"
+#include "meshcomm/device/named_barrier.hpp"
 #include "meshcomm/device/atomics.hpp"
 #include "meshcomm/device/copy.hpp"
 #include "meshcomm/errors.hpp"
@@ -22,6 +23,13 @@ constexpr int kWarps = kThreads / 32;
 // 16-byte loads a lane keeps in flight when it copies a row (a row of a 7168-wide BF16 token is 28 vectors a
 // lane): enough bytes in flight per SM to cover a load's latency.
 constexpr int kCopyUnroll = 8;
+// The dispatch send kernel: worker warps that copy rows, one publisher warp that writes the records, and the
+// named barriers (one per round, each used once a launch) between them.
+constexpr int kSendWorkerWarps = 16;
+constexpr int kSendThreads = (kSendWorkerWarps + 1) * 32;
+constexpr int kRoundBarrier = 1;
+static_assert(kRoundBarrier + kDispatchRounds <= 16, "a block has 16 named barriers");
+static_assert(kSendWorkerWarps >= kMaxRanks, "every destination needs a worker warp");
 // The dispatch receive kernel's threads, and the warps that share a record's rows (each awaits the record).
 constexpr int kReceiveThreads = 1024;
 constexpr int kRecordSlices = 4;
@@ -141,7 +149,7 @@ __device__ void exchangeNetworkCounts(const KernelView& v, const DispatchInputs&
 // has finished with its region's previous rows (its receive of the previous call ran before, on its stream).
 // Phase 2 (rows): each selected row is written with weak stores at its final place in the destination's
 // region; after the block barrier, one release-add per destination on its arrival counter for this rank.
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kSendThreads, 1)
     dispatchSendKernel(KernelView v, DispatchInputs in, Shape shape) {
   const int R = v.size, me = v.rank, El = shape.numExperts / R;
   const uint64_t e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
@@ -232,65 +240,87 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // Phase 2: warps by (destination, part of the round's tokens); the block's token chunk goes in
-  // kDispatchRounds rounds. `row` is where warp's destination d's rows of the round start (d's dispatch rows,
-  // or this rank's staging for another node's rank).
+  // Phase 2: the block's token chunk goes in kDispatchRounds rounds. Worker warps by (destination d, part of
+  // the round's tokens) copy the rows; `row` is where d's rows of the round start (d's dispatch rows, or this
+  // rank's staging for another node's rank). Each worker arrives at the round's named barrier (release at
+  // CTA scope) and goes on with the next round; the publisher warp syncs on it, then its lane d of a node
+  // peer d fences at system scope (cumulative: a release of every worker's rows) and writes the round's row
+  // range in d's rows as the record [me][block][round] — also when nothing was sent (an empty range, or a
+  // skipped destination). The workers never wait for a record's fence.
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int parts = std::max(1, kWarps / R);
-  const int d = warp % R, part = warp / R;
-  const bool remote = !v.sameNode(d);
-  const bool sends = part < parts && !skip[d] && !(remote && stagingFull);
   const int chunk = (in.tokens + gridDim.x - 1) / gridDim.x;
   const int begin = std::min(in.tokens, static_cast<int>(blockIdx.x) * chunk);
   const int end = std::min(in.tokens, begin + chunk);
   const int perRound = std::max(1, (end - begin + kDispatchRounds - 1) / kDispatchRounds);
-  char* rows = remote ? v.network + v.netLayout.dispatchStaging : v.regions[d] + v.layout.rows;
-  int row = (remote ? staged[d] : offset[d]) + countIn(in.tokenInRank, R, d, 0, begin);
-  for (int round = 0; round < kDispatchRounds; ++round) {
-    const int r0 = std::min(end, begin + round * perRound), r1 = std::min(end, r0 + perRound);
-    const int inRound = countIn(in.tokenInRank, R, d, r0, r1);
-    if (sends) {
-      const int sub = (r1 - r0 + parts - 1) / parts;
-      const int t0 = std::min(r1, r0 + part * sub), t1 = std::min(r1, t0 + sub);
-      int at = row + countIn(in.tokenInRank, R, d, r0, t0);
-      for (int base = t0; base < t1; base += 32) {
-        const int t = base + lane;
-        const bool selected = t < t1 && in.tokenInRank[static_cast<int64_t>(t) * R + d];
-        uint32_t mask = __ballot_sync(0xffffffffu, selected);
-        while (mask) {
-          const int bit = __ffs(mask) - 1;
-          mask &= mask - 1;
-          const int64_t token = base + bit;
-          char* dst = rows + static_cast<uint64_t>(at) * rl.stride;
-          device::copy<kCopyUnroll>(dst, static_cast<const char*>(in.x) + token * shape.hiddenBytes,
-                                    shape.hiddenBytes, lane, 32);
-          for (int k = lane; k < shape.topk; k += 32) {
-            const int64_t idx = in.topkIdx[token * shape.topk + k];
-            const bool local = idx >= static_cast<int64_t>(d) * El && idx < static_cast<int64_t>(d + 1) * El;
-            reinterpret_cast<int64_t*>(dst + rl.topkIdx)[k] = local ? idx - static_cast<int64_t>(d) * El : -1;
-            reinterpret_cast<float*>(dst + rl.weights)[k] =
-                local && in.topkWeights ? in.topkWeights[token * shape.topk + k] : 0.0f;
+  if (warp < kSendWorkerWarps) {
+    const int parts = std::max(1, kSendWorkerWarps / R);
+    const int d = warp % R, part = warp / R;
+    const bool remote = !v.sameNode(d);
+    const bool sends = part < parts && !skip[d] && !(remote && stagingFull);
+    char* rows = remote ? v.network + v.netLayout.dispatchStaging : v.regions[d] + v.layout.rows;
+    int row = (remote ? staged[d] : offset[d]) + countIn(in.tokenInRank, R, d, 0, begin);
+    for (int round = 0; round < kDispatchRounds; ++round) {
+      const int r0 = std::min(end, begin + round * perRound), r1 = std::min(end, r0 + perRound);
+      if (sends) {
+        const int sub = (r1 - r0 + parts - 1) / parts;
+        const int t0 = std::min(r1, r0 + part * sub), t1 = std::min(r1, t0 + sub);
+        int at = row + countIn(in.tokenInRank, R, d, r0, t0);
+        for (int base = t0; base < t1; base += 32) {
+          const int t = base + lane;
+          const bool selected = t < t1 && in.tokenInRank[static_cast<int64_t>(t) * R + d];
+          uint32_t mask = __ballot_sync(0xffffffffu, selected);
+          while (mask) {
+            const int bit = __ffs(mask) - 1;
+            mask &= mask - 1;
+            const int64_t token = base + bit;
+            char* dst = rows + static_cast<uint64_t>(at) * rl.stride;
+            device::copy<kCopyUnroll>(dst, static_cast<const char*>(in.x) + token * shape.hiddenBytes,
+                                      shape.hiddenBytes, lane, 32);
+            for (int k = lane; k < shape.topk; k += 32) {
+              const int64_t idx = in.topkIdx[token * shape.topk + k];
+              const bool local =
+                  idx >= static_cast<int64_t>(d) * El && idx < static_cast<int64_t>(d + 1) * El;
+              reinterpret_cast<int64_t*>(dst + rl.topkIdx)[k] =
+                  local ? idx - static_cast<int64_t>(d) * El : -1;
+              reinterpret_cast<float*>(dst + rl.weights)[k] =
+                  local && in.topkWeights ? in.topkWeights[token * shape.topk + k] : 0.0f;
+            }
+            for (int c = lane; c < shape.scales; c += 32)
+              reinterpret_cast<float*>(dst + rl.scales)[c] = in.scales[token * shape.scales + c];
+            if (lane == 0) *reinterpret_cast<int32_t*>(dst + rl.srcIdx) = static_cast<int32_t>(token);
+            ++at;
           }
-          for (int c = lane; c < shape.scales; c += 32)
-            reinterpret_cast<float*>(dst + rl.scales)[c] = in.scales[token * shape.scales + c];
-          if (lane == 0) *reinterpret_cast<int32_t*>(dst + rl.srcIdx) = static_cast<int32_t>(token);
-          ++at;
         }
       }
+      device::namedBarrierArrive(kRoundBarrier + round, kSendThreads);
+      row += countIn(in.tokenInRank, R, d, r0, r1);
     }
-    __syncthreads();  // every warp's rows of the round are written before its records
-    // Warp d < R (part 0) of a node peer d publishes the round's row range in d's rows as the record
-    // [me][block][round], one lane's system fence first (a release of every warp's rows, ordered by the
-    // barrier). Written also when nothing was sent (an empty range, or a skipped destination).
-    if (warp < R && v.sameNode(warp) && lane == 0) {
-      const int last = skip[warp] ? row : row + inRound;
-      __threadfence_system();
-      reinterpret_cast<LL16Packet*>(
-          v.regions[warp] + v.layout.records)[(me * kMaxSendBlocks + blockIdx.x) * kDispatchRounds + round]
-          .write(static_cast<uint32_t>(row), static_cast<uint32_t>(last), flag);
+  } else {
+    // The publisher: lane q keeps node peer q's row where the next round starts.
+    int row = 0;
+    for (int q = 0; q < R; ++q) {
+      const int n = countIn(in.tokenInRank, R, q, 0, begin);
+      if (lane == q) row = offset[q] + n;
     }
-    row += inRound;
+    for (int round = 0; round < kDispatchRounds; ++round) {
+      const int r0 = std::min(end, begin + round * perRound), r1 = std::min(end, r0 + perRound);
+      int inRound = 0;
+      for (int q = 0; q < R; ++q) {
+        const int n = countIn(in.tokenInRank, R, q, r0, r1);
+        if (lane == q) inRound = n;
+      }
+      device::namedBarrierSync(kRoundBarrier + round, kSendThreads);
+      if (lane < R && v.sameNode(lane)) {
+        const int last = skip[lane] ? row : row + inRound;
+        __threadfence_system();
+        reinterpret_cast<LL16Packet*>(
+            v.regions[lane] + v.layout.records)[(me * kMaxSendBlocks + blockIdx.x) * kDispatchRounds + round]
+            .write(static_cast<uint32_t>(row), static_cast<uint32_t>(last), flag);
+      }
+      row += inRound;
+    }
   }
+  __syncthreads();  // every worker's rows are staged before the puts below
   // Thread q of another node's rank q: once every block's rows for q are staged, the last block puts them to
   // their receive positions in q's network region, then signals (unless staging failed: q's wait then times
   // out rather than reading rows that were never sent). No flush: this rank rewrites the staging and its
@@ -767,7 +797,7 @@ void launchLayout(const int64_t* topkIdx, int tokens, const Shape& shape, int ra
 
 void launchDispatchSend(const KernelView& v, const DispatchInputs& in, const Shape& shape,
                         cudaStream_t stream) {
-  dispatchSendKernel<<<v.blocks - v.receiveBlocks, kThreads, 0, stream>>>(v, in, shape);
+  dispatchSendKernel<<<v.blocks - v.receiveBlocks, kSendThreads, 0, stream>>>(v, in, shape);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
