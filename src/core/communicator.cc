@@ -10,6 +10,7 @@
 
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
+#include "core/fd_broker.hpp"
 #include "core/peer_mapping_cache.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
@@ -83,13 +84,6 @@ uint64_t readDeviceTimeoutNs(int rank) {
   return static_cast<uint64_t>(ms) > maxMs ? UINT64_MAX : static_cast<uint64_t>(ms) * 1000000ull;
 }
 
-// The fd broker's fetch is bounded whatever MESHCOMM_BOOTSTRAP_TIMEOUT says (non-positive: its default).
-double readFetchTimeoutSec() {
-  constexpr double kDefaultSec = 120;
-  const int64_t s = envInt("MESHCOMM_BOOTSTRAP_TIMEOUT");
-  return s <= 0 ? kDefaultSec : static_cast<double>(s);
-}
-
 const char* deviceOpName(uint32_t op) {
   switch (static_cast<DeviceOp>(op)) {
     case DeviceOp::None:
@@ -134,7 +128,7 @@ Communicator::Impl::Impl(std::shared_ptr<Bootstrap> bootstrapIn, int cudaDevice)
       hostId(bootstrap->hostId(rank)),
       forceTcp(readForceTcp(rank)),
       deviceTimeoutNs(readDeviceTimeoutNs(rank)),
-      fetchTimeoutSec(readFetchTimeoutSec()),
+      fetchTimeoutSec(FdBroker::defaultTimeoutSec()),
       registry(std::make_shared<LocalRegistry>(rank)) {
   if (rank < 0 || size <= 0 || rank >= size) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "Communicator: bootstrap reports rank ", rank, " of ", size);

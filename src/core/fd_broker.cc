@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "base/logging.hpp"
+#include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 
 namespace meshcomm {
@@ -413,9 +414,8 @@ class ScopedFd {
   int fd_;
 };
 
-// Milliseconds left before `deadline` for poll(); -1 when there is no deadline.
-int msLeft(bool bounded, Clock::time_point deadline) {
-  if (!bounded) return -1;
+// Milliseconds left before `deadline` for poll().
+int msLeft(Clock::time_point deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
   if (left <= 0) return 0;
   return left > 1000000000 ? 1000000000 : static_cast<int>(left) + 1;
@@ -423,16 +423,22 @@ int msLeft(bool bounded, Clock::time_point deadline) {
 
 }  // namespace
 
+double FdBroker::defaultTimeoutSec() {
+  constexpr double kDefaultSec = 120;
+  const int64_t s = envInt("MESHCOMM_BOOTSTRAP_TIMEOUT");
+  return s <= 0 ? kDefaultSec : static_cast<double>(s);
+}
+
 int FdBroker::fetch(const std::string& brokerName, uint64_t exportId, double timeoutSec) {
+  if (timeoutSec < 0) timeoutSec = defaultTimeoutSec();
   const std::string who = detail::concat("fd broker @", brokerName, " (export id ", exportId, ")");
   if (brokerName.empty() || brokerName.size() > kMaxNameLength ||
       brokerName.find('\0') != std::string::npos) {
     MESHCOMM_THROW(ErrorCode::RemoteError, "fd broker: invalid broker name '", brokerName, "' for export id ",
                    exportId);
   }
-  const bool bounded = timeoutSec >= 0;
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                           std::chrono::duration<double>(bounded ? timeoutSec : 0));
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeoutSec));
   auto timedOut = [&]() { MESHCOMM_THROW(ErrorCode::Timeout, who, ": no answer within ", timeoutSec, " s"); };
 
   ScopedFd sock(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -444,7 +450,7 @@ int FdBroker::fetch(const std::string& brokerName, uint64_t exportId, double tim
     const int e = errno;
     if (e == EINTR) continue;
     if (e == EAGAIN) {  // the listener's backlog is full: retry until the deadline
-      if (bounded && Clock::now() >= deadline) timedOut();
+      if (Clock::now() >= deadline) timedOut();
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
       continue;
     }
@@ -467,7 +473,7 @@ int FdBroker::fetch(const std::string& brokerName, uint64_t exportId, double tim
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd p{sock.get(), POLLOUT, 0};
-      int n = ::poll(&p, 1, msLeft(bounded, deadline));
+      int n = ::poll(&p, 1, msLeft(deadline));
       if (n == 0) timedOut();
       continue;
     }
@@ -484,7 +490,7 @@ int FdBroker::fetch(const std::string& brokerName, uint64_t exportId, double tim
   ssize_t got = -1;
   for (;;) {
     pollfd p{sock.get(), POLLIN, 0};
-    int n = ::poll(&p, 1, msLeft(bounded, deadline));
+    int n = ::poll(&p, 1, msLeft(deadline));
     if (n < 0) {
       if (errno == EINTR) continue;
       detail::throwSystemError(errno, who + ": poll");

@@ -34,10 +34,14 @@ class FdBroker {
   size_t publishedCount() const;
 
   // Client side: connects to the broker `brokerName` (as name() returned it in the owner process), asks
-  // for `exportId` and returns a new fd (close-on-exec) the caller owns. `timeoutSec` < 0: no limit.
-  // Errors: RemoteError naming broker and id when the broker is unreachable, refuses or does not know the
-  // id ("export id N not found (the owner released it)"); Timeout when it does not answer in time.
+  // for `exportId` and returns a new fd (close-on-exec) the caller owns, within `timeoutSec` (< 0:
+  // defaultTimeoutSec(); a fetch is always bounded). Errors: RemoteError naming broker and id when the
+  // broker is unreachable, refuses or does not know the id ("export id N not found (the owner released
+  // it)"); Timeout when it does not answer in time.
   static int fetch(const std::string& brokerName, uint64_t exportId, double timeoutSec);
+  // MESHCOMM_BOOTSTRAP_TIMEOUT seconds, or 120 when it is not positive (the bootstrap refuses such values; a
+  // fetch stays bounded).
+  static double defaultTimeoutSec();
 
   // Stops the server and closes every stored fd (called at process exit; idempotent; no-op in a forked
   // child). Later publish() calls throw; withdraw() calls do nothing.

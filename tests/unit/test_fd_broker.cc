@@ -20,6 +20,7 @@
 
 #include "core/fd_broker.hpp"
 #include "meshcomm/errors.hpp"
+#include "scoped_env.hpp"
 
 using meshcomm::Error;
 using meshcomm::ErrorCode;
@@ -267,6 +268,35 @@ TEST(FdBroker, SilentBrokerTimesOut) {
   auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GE(elapsed, 0.25);
   EXPECT_LT(elapsed, 5.0);
+  ::close(l);
+}
+
+TEST(FdBroker, TheDefaultTimeoutIsBoundedWhateverTheBootstrapTimeoutSays) {
+  for (const char* v : {"0", "-5"}) {
+    meshcomm::test::ScopedEnv env("MESHCOMM_BOOTSTRAP_TIMEOUT", v);
+    EXPECT_EQ(FdBroker::defaultTimeoutSec(), 120.0) << "MESHCOMM_BOOTSTRAP_TIMEOUT=" << v;
+  }
+  meshcomm::test::ScopedEnv env("MESHCOMM_BOOTSTRAP_TIMEOUT", "7");
+  EXPECT_EQ(FdBroker::defaultTimeoutSec(), 7.0);
+}
+
+TEST(FdBroker, ANegativeTimeoutWaitsTheDefaultNotForever) {
+  // A silent listener, as above; timeout -1 takes defaultTimeoutSec() (1 s here), not "no limit".
+  meshcomm::test::ScopedEnv env("MESHCOMM_BOOTSTRAP_TIMEOUT", "1");
+  const std::string name = "meshcomm-fdb-test-silent-default-" + std::to_string(::getpid());
+  int l = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  ASSERT_GE(l, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, name.data(), name.size());
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(::listen(l, 4), 0);
+  auto start = std::chrono::steady_clock::now();
+  expectFetchError(name, 3, ErrorCode::Timeout, {name, "no answer within 1 s"}, -1);
+  auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(elapsed, 0.9);
+  EXPECT_LT(elapsed, 10.0);
   ::close(l);
 }
 
