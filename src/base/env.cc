@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "base/bounded_text.hpp"
 #include "meshcomm/errors.hpp"
 
 namespace meshcomm {
@@ -74,8 +75,9 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "send "
        "(together num_sms). 0: half of num_sms. docs/ep.md, \"Intranode dispatch\"."},
       {"MESHCOMM_ALGO", EnvType::String, "",
-       "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a "
-       "forced algorithm that cannot run a call is an error."},
+       "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a name "
+       "that is not a registered algorithm of its collective fails the Comm's creation, and a forced "
+       "algorithm that cannot run a call is an error."},
       {"MESHCOMM_TORCH_ASYNC_ERROR_HANDLING", EnvType::Int, "3",
        "What the torch backend's watchdog does when a process group fails (an op past its timeout, a device "
        "error): 0 record only (the next op or wait raises), 1 abort the group's Comm and terminate the "
@@ -116,7 +118,8 @@ int64_t envInt(const char* name) {
   errno = 0;
   long long x = std::strtoll(s, &end, 0);
   if (errno != 0 || end == s || *end != '\0') {
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable ", name, "='", s, "' is not an integer");
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable ", name, "='", boundedText(s),
+                   "' is not an integer");
   }
   return x;
 }
@@ -127,7 +130,8 @@ bool envBool(const char* name) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off" || s.empty()) return false;
-  MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable ", name, "='", s, "' is not a boolean");
+  MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable ", name, "='", boundedText(s),
+                 "' is not a boolean");
 }
 
 std::string envString(const char* name) {

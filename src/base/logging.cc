@@ -6,6 +6,7 @@
 #include <mutex>
 #include <optional>
 
+#include "base/bounded_text.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 
@@ -46,7 +47,7 @@ const char* levelName(LogLevel l) {
 void requireValidLogLevel() {
   if (!levelFromEnv()) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, "environment variable MESHCOMM_LOG_LEVEL='",
-                   envString("MESHCOMM_LOG_LEVEL"), "' is not one of ERROR, WARN, INFO, DEBUG");
+                   boundedText(envString("MESHCOMM_LOG_LEVEL")), "' is not one of ERROR, WARN, INFO, DEBUG");
   }
 }
 

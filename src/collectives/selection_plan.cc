@@ -65,6 +65,26 @@ std::shared_ptr<Algorithm> resolveRule(const SelectorRule& rule, size_t index,
                 collectiveName(algorithm->collective()), ", not of ", collective, " (", knownText, ")");
 }
 
+// The algorithm MESHCOMM_ALGO forces for `collective`: registered, and of that collective; else an error
+// naming the variable, the name and the collection's algorithms of the collective (plans join the collection
+// through MESHCOMM_PLAN_DIR before the first plan is built).
+std::shared_ptr<Algorithm> resolveForced(const std::string& name, Collective collective,
+                                         const AlgorithmCollection& algorithms) {
+  auto algorithm = algorithms.find(name);
+  if (algorithm != nullptr && algorithm->collective() == collective) return algorithm;
+  const char* coll = collectiveName(collective);
+  const std::string known = algorithmNames(algorithms.forCollective(collective));
+  const std::string knownText = known.empty() ? detail::concat("no ", coll, " algorithm is registered")
+                                              : detail::concat("known: ", known);
+  if (algorithm == nullptr) {
+    MESHCOMM_THROW(ErrorCode::InvalidUsage, kAlgoVar, " forces ", coll, " algorithm '", boundedText(name),
+                   "', which is not a registered ", coll, " algorithm (", knownText, ")");
+  }
+  MESHCOMM_THROW(ErrorCode::InvalidUsage, kAlgoVar, " forces ", coll, " algorithm '", boundedText(name),
+                 "', which is not a registered ", coll, " algorithm: it is an algorithm of ",
+                 collectiveName(algorithm->collective()), " (", knownText, ")");
+}
+
 }  // namespace
 
 ForcedAlgorithms parseForcedAlgorithms(const std::string& spec) {
@@ -108,8 +128,9 @@ SelectionPlan::SelectionPlan(const Selector& selector, const AlgorithmCollection
   for (int i = 0; i < kNumCollectives; ++i) {
     PerCollective& pc = perCollective_[i];
     pc.forcedName = std::move(forced[i]);
-    if (!pc.forcedName.empty()) pc.forced = algorithms.find(pc.forcedName);
     pc.candidates = algorithms.forCollective(static_cast<Collective>(i));
+    if (!pc.forcedName.empty())
+      pc.forced = resolveForced(pc.forcedName, static_cast<Collective>(i), algorithms);
   }
   const auto& rules = selector.rules();
   for (size_t i = 0; i < rules.size(); ++i) {
@@ -137,11 +158,7 @@ Selection SelectionPlan::select(const CollectiveArgs& args, const CommTopology& 
 
 Selection SelectionPlan::selectForced(const PerCollective& pc, const CollectiveArgs& args,
                                       const CommTopology& topo) const {
-  if (pc.forced == nullptr || pc.forced->collective() != args.collective) {
-    MESHCOMM_THROW(ErrorCode::InvalidUsage, describeCall(args, topo), ": ", kAlgoVar, " forces algorithm '",
-                   boundedText(pc.forcedName), "', which is not a registered ",
-                   collectiveName(args.collective), " algorithm");
-  }
+  // pc.forced is of args.collective: resolveForced checked it when the plan was built.
   const std::string reason = pc.forced->unsupportedReason(args, topo);
   if (!reason.empty()) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, describeCall(args, topo), ": ", kAlgoVar, " forces algorithm '",

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <iomanip>
 
+#include "base/bounded_text.hpp"
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
 #include "core/fd_broker.hpp"
@@ -70,7 +71,7 @@ bool readForceTcp(int rank) {
   for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "auto") return false;
   if (lower == "tcp") return true;
-  MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", rank, ": MESHCOMM_TRANSPORT='", v,
+  MESHCOMM_THROW(ErrorCode::InvalidUsage, "rank ", rank, ": MESHCOMM_TRANSPORT='", boundedText(v),
                  "' is not a transport (use auto or tcp)");
 }
 

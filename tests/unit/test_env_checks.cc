@@ -6,6 +6,7 @@
 #include <string>
 
 #include "base/logging.hpp"
+#include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 #include "error_text.hpp"
 #include "scoped_env.hpp"
@@ -30,6 +31,22 @@ TEST(EnvChecks, AnUnknownLogLevelIsRefusedNamingTheValue) {
   }
   ScopedEnv unset("MESHCOMM_LOG_LEVEL", nullptr);
   EXPECT_NO_THROW(requireValidLogLevel());
+}
+
+TEST(EnvChecks, ErrorsQuoteAnEnvironmentValueByAPrefix) {
+  const std::string huge(1 << 20, 'x');
+  {
+    ScopedEnv level("MESHCOMM_LOG_LEVEL", huge.c_str());
+    const std::string text = test::errorText(requireValidLogLevel);
+    EXPECT_NE(text.find("MESHCOMM_LOG_LEVEL='xxx"), std::string::npos) << text.substr(0, 200);
+    EXPECT_LT(text.size(), 1024u);
+  }
+  {
+    ScopedEnv timeout("MESHCOMM_FLUSH_TIMEOUT", huge.c_str());
+    const std::string text = test::errorText([] { envInt("MESHCOMM_FLUSH_TIMEOUT"); });
+    EXPECT_NE(text.find("is not an integer"), std::string::npos) << text.substr(0, 200);
+    EXPECT_LT(text.size(), 1024u);
+  }
 }
 
 TEST(EnvChecks, FlushWaitsAPositiveDeadlineByDefault) {

@@ -331,6 +331,20 @@ TEST(SelectorSelect, ForcedByEnvironment) {
   }
 }
 
+TEST(SelectorSelect, ForcedNamesAreCheckedWhenThePlanIsBuilt) {
+  const AlgorithmCollection algs = threeAllReduces();
+  const Selector none = Selector::fromJson(R"({"rules": []})");
+  expectErrorContains(
+      [&] { SelectionPlan(none, algs, parseForcedAlgorithms("allreduce=smal")); },
+      {"MESHCOMM_ALGO", "'smal'", "not a registered allreduce algorithm", "known: small, mid, large"});
+  expectErrorContains([&] { SelectionPlan(none, algs, parseForcedAlgorithms("allgather=large")); },
+                      {"MESHCOMM_ALGO", "'large'", "it is an algorithm of allreduce", "known: ag"});
+  expectErrorContains([&] { SelectionPlan(none, algs, parseForcedAlgorithms("alltoall=x")); },
+                      {"'x'", "no alltoall algorithm is registered"});
+  SelectionPlan ok(none, algs, parseForcedAlgorithms("allreduce=mid,allgather=ag"));
+  EXPECT_EQ(ok.select(allReduceArgs(4), topo(2)).algorithm->name(), "mid");
+}
+
 TEST(SelectorSelect, ParseForcedAlgorithms) {
   const ForcedAlgorithms f = parseForcedAlgorithms("allreduce=a,alltoall = b,,");
   EXPECT_EQ(f[static_cast<int>(Collective::AllReduce)], "a");
