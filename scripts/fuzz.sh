@@ -2,7 +2,8 @@
 # The fuzz targets of tests/fuzz (libFuzzer + ASan/UBSan): builds them in a clang tree (only the fuzzers, not
 # the library) and runs through ctest every target's regression corpus once and a bounded run of each from it
 # (MESHCOMM_FUZZ_SECONDS, default 60). Without clang++ able to link -fsanitize=fuzzer it prints why and
-# exits 0 (scripts/test.sh calls it; scripts/install-deps.sh installs clang).
+# exits 0, or 1 with MESHCOMM_REQUIRE_FUZZ=1 (.ci/run sets it: CI never passes without fuzzing);
+# scripts/test.sh calls it; scripts/install-deps.sh installs clang and its libFuzzer runtime.
 #
 #   scripts/fuzz.sh [BUILD_DIR]     (default: REPO/build-fuzz)
 set -euo pipefail
@@ -15,6 +16,7 @@ echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long)
 if ! command -v clang++ >/dev/null || ! clang++ -fsanitize=fuzzer "$trial/t.cc" -o "$trial/t" 2>"$trial/err"; then
   echo "fuzz: SKIPPED: clang++ cannot link -fsanitize=fuzzer ($(command -v clang++ || echo 'clang++ not found');" \
     "Debian: clang and libclang-rt-dev): $(head -c 300 "$trial/err" 2>/dev/null)"
+  [ "${MESHCOMM_REQUIRE_FUZZ:-0}" = 1 ] && { echo "fuzz: MESHCOMM_REQUIRE_FUZZ=1: failing"; exit 1; }
   exit 0
 fi
 mkdir -p "$build"

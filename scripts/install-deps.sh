@@ -7,6 +7,14 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v clang-format >/dev/null || need+=(clang-format)
 command -v clang++ >/dev/null || need+=(clang)  # the fuzz targets (scripts/fuzz.sh: clang with libFuzzer)
+# clang's libFuzzer runtime, where clang++ cannot link -fsanitize=fuzzer and the distribution packages it.
+fuzz_trial=$(mktemp -d)
+echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' >"$fuzz_trial/t.cc"
+if command -v clang++ >/dev/null && ! clang++ -fsanitize=fuzzer "$fuzz_trial/t.cc" -o "$fuzz_trial/t" 2>/dev/null &&
+  apt-cache show libclang-rt-dev >/dev/null 2>&1; then
+  need+=(libclang-rt-dev)
+fi
+rm -rf "$fuzz_trial"
 if [ ! -f /usr/include/gtest/gtest.h ] && [ ! -d /usr/src/googletest ]; then need+=(googletest libgtest-dev); fi
 if [ ! -f /usr/include/nlohmann/json.hpp ]; then need+=(nlohmann-json3-dev); fi
 # The Python package (docs/python.md) is built for and tested with the python3 on PATH: it needs pip and the
