@@ -32,7 +32,7 @@ static_assert(kRoundBarrier + kDispatchRounds <= 16, "a block has 16 named barri
 static_assert(kSendWorkerWarps >= kMaxRanks, "every destination needs a worker warp");
 // The dispatch receive kernel's threads, and the warps that share a record's rows (each awaits the record).
 constexpr int kReceiveThreads = 1024;
-constexpr int kRecordSlices = 4;
+constexpr int kRecordSlices = 8;
 // Pause between two polls of a dispatch record: many warps wait for records at once, and their polls would
 // otherwise compete with the arriving rows for the memory system.
 constexpr unsigned kRecordPollPauseNs = 128;
