@@ -1091,7 +1091,7 @@ class Bench {
         return timeOp([&](int k) { launchMeshcomm(op, S, buffers(op, S, slot, k, false)); }, S, row.graph);
       };
       // The first row of a run is timed twice and the first timing dropped: it runs on GPUs whose clocks
-      // are still ramping up from idle and loads kernels lazily (it used to come out 1.5-2x slow).
+      // are still ramping up from idle and loads kernels lazily (a single timing comes out 1.5-2x slow).
       if (S == sizes.front()) timeOopOnce();
       row.oopUs = timeOopOnce();
       if (o_.check) row.oopWrong = checkOp(op, S, false);
