@@ -252,23 +252,47 @@ TEST(FdBroker, UnreachableBrokerIsAClearError) {
   expectFetchError(std::string(200, 'x'), 7, ErrorCode::RemoteError, {"invalid broker name"});
 }
 
+namespace {
+
+// A listener on the abstract name `name` that never accepts: connect and send succeed (backlog), the answer
+// never comes. Closed with the object.
+class SilentBroker {
+ public:
+  explicit SilentBroker(const std::string& name) : fd_(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0)) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path + 1, name.data(), name.size());
+    const socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+    listening_ =
+        fd_ >= 0 && ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), len) == 0 && ::listen(fd_, 4) == 0;
+  }
+  ~SilentBroker() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool listening() const { return listening_; }
+
+ private:
+  int fd_;
+  bool listening_ = false;
+};
+
+// Seconds a fetch from a silent broker with `timeout` took to fail with Timeout, its text containing
+// `expect`.
+double secondsToTimeOut(const std::string& name, double timeout, const std::string& expect) {
+  SilentBroker broker(name);
+  EXPECT_TRUE(broker.listening()) << name;
+  const auto start = std::chrono::steady_clock::now();
+  expectFetchError(name, 3, ErrorCode::Timeout, {name, expect}, timeout);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
 TEST(FdBroker, SilentBrokerTimesOut) {
-  // A listener that never accepts: connect and send succeed (backlog), the answer never comes.
-  const std::string name = "meshcomm-fdb-test-silent-" + std::to_string(::getpid());
-  int l = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  ASSERT_GE(l, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(::listen(l, 4), 0);
-  auto start = std::chrono::steady_clock::now();
-  expectFetchError(name, 3, ErrorCode::Timeout, {name, "no answer within"}, 0.3);
-  auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double elapsed =
+      secondsToTimeOut("meshcomm-fdb-test-silent-" + std::to_string(::getpid()), 0.3, "no answer within");
   EXPECT_GE(elapsed, 0.25);
   EXPECT_LT(elapsed, 5.0);
-  ::close(l);
 }
 
 TEST(FdBroker, TheDefaultTimeoutIsBoundedWhateverTheBootstrapTimeoutSays) {
@@ -281,23 +305,12 @@ TEST(FdBroker, TheDefaultTimeoutIsBoundedWhateverTheBootstrapTimeoutSays) {
 }
 
 TEST(FdBroker, ANegativeTimeoutWaitsTheDefaultNotForever) {
-  // A silent listener, as above; timeout -1 takes defaultTimeoutSec() (1 s here), not "no limit".
+  // Timeout -1 takes defaultTimeoutSec() (1 s here), not "no limit".
   meshcomm::test::ScopedEnv env("MESHCOMM_BOOTSTRAP_TIMEOUT", "1");
-  const std::string name = "meshcomm-fdb-test-silent-default-" + std::to_string(::getpid());
-  int l = ::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  ASSERT_GE(l, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path + 1, name.data(), name.size());
-  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
-  ASSERT_EQ(::bind(l, reinterpret_cast<sockaddr*>(&addr), len), 0);
-  ASSERT_EQ(::listen(l, 4), 0);
-  auto start = std::chrono::steady_clock::now();
-  expectFetchError(name, 3, ErrorCode::Timeout, {name, "no answer within 1 s"}, -1);
-  auto elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double elapsed = secondsToTimeOut("meshcomm-fdb-test-silent-default-" + std::to_string(::getpid()),
+                                          -1, "no answer within 1 s");
   EXPECT_GE(elapsed, 0.9);
   EXPECT_LT(elapsed, 10.0);
-  ::close(l);
 }
 
 TEST(FdBroker, OtherUsersAreDropped) {
