@@ -2,7 +2,8 @@
 # The configure-time guard of cmake/SharedLibstdcxx.cmake against a CUDA host compiler that links libstdc++
 # statically (a wrapper whose library path holds only libstdc++.a, like some GPU images' CUDAHOSTCXX):
 #   1. CUDAHOSTCXX=<wrapper>: configuring warns and uses /usr/bin/g++ as nvcc's host compiler;
-#   2. -DCMAKE_CUDA_HOST_COMPILER=<wrapper> (an explicit choice): configuring fails, naming both compilers.
+#   2. -DCMAKE_CUDA_HOST_COMPILER=<wrapper> (an explicit choice): configuring fails, naming both compilers;
+#   3. CXX=<wrapper> (the C++ compiler the environment names): configuring warns and uses /usr/bin/g++.
 #
 #   tests/build/check_libstdcxx_guard.sh SOURCE_DIR
 # Exit 77 (skip) without /usr/bin/g++, nvcc or a static libstdc++.a to build the wrapper from.
@@ -44,5 +45,14 @@ if [[ $rc -ne 0 ]] && one_line "$TMP/explicit.log" | grep -q "link libstdc++ sta
   echo "PASS: -DCMAKE_CUDA_HOST_COMPILER=<static wrapper> -> configure refused"
 else
   echo "FAIL: -DCMAKE_CUDA_HOST_COMPILER=<static wrapper>: exit $rc"; tail -20 "$TMP/explicit.log"; fail=1
+fi
+CXX="$TMP/wrapper/g++" CUDAHOSTCXX=/usr/bin/g++ cmake -S "$SRC" -B "$TMP/cxx" "${OPTS[@]}" >"$TMP/cxx.log" 2>&1
+rc=$?
+cxx=$(grep -h 'set(CMAKE_CXX_COMPILER ' "$TMP"/cxx/CMakeFiles/*/CMakeCXXCompiler.cmake 2>/dev/null)
+if [[ $rc -eq 0 ]] && one_line "$TMP/cxx.log" | grep -q "finds no shared libstdc++: using /usr/bin/g++" &&
+  [[ $cxx == *'"/usr/bin/g++"'* ]]; then
+  echo "PASS: CXX=<static wrapper> -> warning, C++ compiler /usr/bin/g++"
+else
+  echo "FAIL: CXX=<static wrapper>: exit $rc, C++ compiler line: ${cxx:-none}"; tail -20 "$TMP/cxx.log"; fail=1
 fi
 exit $fail
