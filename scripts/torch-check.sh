@@ -139,12 +139,12 @@ done
 
 # ---- Megatron-core tensor + sequence parallelism: losses and step time, NCCL vs meshcomm ---------------
 # The script exits 77 when megatron.core does not import, but torchrun reports a worker's 77 as 1: ask it
-# first without torchrun (--probe), and SKIP both runs on 77.
+# first without torchrun (--check-import), and SKIP both runs on 77.
 if want megatron; then
-  run_step "$OUT/megatron.log" "$PY" "$REPO/bench/torch/megatron_losses.py" --probe
+  run_step "$OUT/megatron.log" "$PY" "$REPO/bench/torch/megatron_losses.py" --check-import
   if [[ $RC -ne 0 ]]; then
     NOTE=$(grep -Eo 'megatron.core does not import.*' "$OUT/megatron.log" | tail -1 | cut -c1-160)
-    record megatron-vs-nccl "$(result_of "$RC")" "$SECS" "${NOTE:-megatron_losses.py --probe failed: megatron.log}"
+    record megatron-vs-nccl "$(result_of "$RC")" "$SECS" "${NOTE:-megatron_losses.py --check-import failed: megatron.log}"
   else
     compare_stacks "$OUT/megatron.log" megatron "$REPO/bench/torch/megatron_losses.py"
   fi

@@ -113,7 +113,7 @@ fi
 # ---- Megatron-core through the torchcomms routing ------------------------------------------------------
 if want megatron; then
   MEGA=$REPO/bench/torch/megatron_losses.py
-  run_step "$OUT/megatron.log" "$PY" "$MEGA" --probe
+  run_step "$OUT/megatron.log" "$PY" "$MEGA" --check-import
   if [[ $RC -eq 77 ]]; then
     record megatron SKIP "$SECS" "megatron-core does not import (megatron.log)"
   else

@@ -11,8 +11,8 @@ comparison and the JSON are train_losses.py's):
 
 Needs megatron-core (`pip install megatron-core`; written against 0.16.1, builds with 0.19.2 too) and what
 its import needs (numpy, packaging; 0.19 also triton, which torch's Linux CUDA wheels bring); without them the
-script says so and exits 77 (skip) before touching torch.distributed. `--probe` only checks that import (0 or
-77), without torchrun.
+script says so and exits 77 (skip) before touching torch.distributed. `--check-import` only checks that import
+(0 or 77), without torchrun.
 
 The model: megatron.core.models.gpt.GPTModel with the local (no Transformer Engine) layer spec, 4 layers,
 hidden 256, 8 heads, rotary positions, vocabulary 1024, float32, initialised on the CPU from one seed (the
@@ -162,12 +162,12 @@ def main():
     ap = argparse.ArgumentParser()
     add_run_arguments(ap)
     ap.add_argument("--tp", type=int, default=0, help="tensor-parallel size (default: the world size)")
-    ap.add_argument("--probe", action="store_true",
+    ap.add_argument("--check-import", action="store_true",
                     help="only check that megatron.core imports: exit 0, or 77 with a message")
     args = ap.parse_args()
     if args.compare:
         return compare(*args.compare, args.rtol, args.max_time_ratio)
-    if args.probe:
+    if args.check_import:
         mc = import_megatron()
         print(f"megatron_losses: megatron.core {mc.version} imports", flush=True)
         return 0
