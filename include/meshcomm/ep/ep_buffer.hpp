@@ -100,10 +100,10 @@ class EpBuffer {
  public:
   // Collective over `comm`: registers `bytes` of device memory on every rank (the same size everywhere) and
   // maps every peer's. `blocks` is the launch size of the communicating kernels (the same everywhere; at
-  // least 2 and at most the GPU's multiprocessors, so that every block is resident); a dispatch sends on
-  // blocks - max(1, blocks / 4) and receives on the rest. Across nodes (nodeSize() < size()) each rank also
-  // allocates a network region of `networkBytes` of pinned host memory (0: `bytes`; the same everywhere) for
-  // the rows that cross the network.
+  // least 2 and at most the GPU's multiprocessors, so that every block is resident); a dispatch receives on
+  // MESHCOMM_EP_RECEIVE_BLOCKS of them (0: max(1, blocks / 2)) and sends on the rest, both kernels side by
+  // side. Across nodes (nodeSize() < size()) each rank also allocates a network region of `networkBytes` of
+  // pinned host memory (0: `bytes`; the same everywhere) for the rows that cross the network.
   EpBuffer(Comm& comm, size_t bytes, int blocks = 24, size_t networkBytes = 0);
   ~EpBuffer();
   EpBuffer(const EpBuffer&) = delete;
