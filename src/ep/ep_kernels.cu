@@ -148,7 +148,7 @@ __device__ void exchangeNetworkCounts(const KernelView& v, const DispatchInputs&
 // every block reads every source's row (acquire by flag) — a destination's row of this epoch also means it
 // has finished with its region's previous rows (its receive of the previous call ran before, on its stream).
 // Phase 2 (rows): each selected row is written with weak stores at its final place in the destination's
-// region; after the block barrier, one release-add per destination on its arrival counter for this rank.
+// region, round by round; after each round the publisher warp writes one record per node peer (below).
 __global__ void __launch_bounds__(kSendThreads, 1)
     dispatchSendKernel(KernelView v, DispatchInputs in, Shape shape) {
   const int R = v.size, me = v.rank, El = shape.numExperts / R;
