@@ -115,8 +115,8 @@ class EpBuffer::Impl {
   KernelView view_{};
   uint64_t sends_ = 0;     // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
   uint64_t receives_ = 0;  // sends whose receive epoch has been accounted for (received, or skipped)
-  uint64_t signalled_ =
-      0;  // sends whose rows signals from other nodes have been awaited (received, or skipped)
+  // Sends whose rows signals from other nodes have been awaited (received, or skipped).
+  uint64_t signalled_ = 0;
   int localExperts_ = 0;
 };
 

@@ -358,20 +358,6 @@ __device__ void copyReceivedRow(const char* rows, const DispatchOutputs& out, co
   if (lane == 0 && out.srcIdx) out.srcIdx[i] = *reinterpret_cast<const int32_t*>(src + rl.srcIdx);
 }
 
-// Waits for the dispatch record `record` with `flag` (its range in vals), pausing between polls; acquire by
-// flag as awaitPacket (the caller fences at system scope before reading the rows). False on timeout or abort.
-__device__ bool awaitRecord(const LL16Packet* record, uint32_t flag, const SpinContext& ctx,
-                            uint32_t (&vals)[2]) {
-  return device::spinUntil(
-      [&](uint64_t& seen) {
-        const bool arrived = record->tryRead(flag, vals[0], vals[1]);
-        if (!arrived) __nanosleep(kRecordPollPauseNs);
-        seen = vals[0];
-        return arrived;
-      },
-      ctx, DeviceOp::PacketRead, flag);
-}
-
 // Runs beside the send kernel (another stream; it counts its calls on its own epoch, the same sequence as the
 // sends') or after it. Thread 0 waits (acquire) for the send kernel's count matrix of this call; the blocks
 // fill the outputs' rows past the received ones (topkIdx -1, weights 0, srcIdx -1) and block 0 writes the
@@ -446,8 +432,9 @@ __global__ void __launch_bounds__(kReceiveThreads, 1)
           hi = static_cast<uint32_t>(first + std::min(n, (b + 1) * part));
         } else {
           uint32_t vals[2] = {0, 0};
-          arrived = awaitRecord(records + (s * kMaxSendBlocks + b) * kDispatchRounds + round, flag, v.spin[s],
-                                vals);
+          arrived = device::awaitPacket(records, (s * kMaxSendBlocks + b) * kDispatchRounds + round, flag,
+                                        v.spin[s], vals, device::EveryPacketSent{},
+                                        kRecordPollPauseNs) == device::PacketWait::Arrived;
           device::fenceAcqRelSys();
           lo = vals[0];
           hi = vals[1];

@@ -144,11 +144,12 @@ enum class PacketWait : uint8_t { Arrived, Absent, Failed };
 // Waits for packet src[p] with `flag` (Arrived: its payload words in v; LL8 fills v[0] only) or, polled
 // only while the packet is missing, for absent(p) to say the sender never writes it (Absent). Acquire by
 // flag: each poll is one volatile vector load of payload and flag together. Failed: the spin timed out or
-// the communicator aborted (recorded through ctx).
+// the communicator aborted (recorded through ctx). pauseNs > 0: __nanosleep between polls (for waits that
+// many warps run at once, whose polls would otherwise compete with the arriving data).
 template <typename Packet, class Absent = EveryPacketSent>
 MESHCOMM_DEVICE_INLINE PacketWait awaitPacket(const Packet* src, uint64_t p, uint32_t flag,
                                               const SpinContext& ctx, uint32_t (&v)[2],
-                                              const Absent& absent = {}) {
+                                              const Absent& absent = {}, unsigned pauseNs = 0) {
   bool arrived = false;
   const bool ok = spinUntil(
       [&](uint64_t& seen) {
@@ -157,7 +158,9 @@ MESHCOMM_DEVICE_INLINE PacketWait awaitPacket(const Packet* src, uint64_t p, uin
         else
           arrived = src[p].tryRead(flag, v[0]);
         seen = v[0];
-        return arrived || absent(p);
+        if (arrived || absent(p)) return true;
+        if (pauseNs > 0) __nanosleep(pauseNs);
+        return false;
       },
       ctx, DeviceOp::PacketRead, flag);
   if (!ok) return PacketWait::Failed;
