@@ -47,6 +47,14 @@ std::string algorithmNames(const std::vector<std::shared_ptr<Algorithm>>& algori
   return names;
 }
 
+// "known allreduce algorithms: a, b", or "no allreduce algorithm is registered".
+std::string knownAlgorithms(Collective collective, const AlgorithmCollection& algorithms) {
+  const char* name = collectiveName(collective);
+  const std::string known = algorithmNames(algorithms.forCollective(collective));
+  return known.empty() ? detail::concat("no ", name, " algorithm is registered")
+                       : detail::concat("known ", name, " algorithms: ", known);
+}
+
 // The algorithm rule `index` names: registered, and of the rule's collective; else an error naming the rule,
 // the name and the collection's algorithms of that collective.
 std::shared_ptr<Algorithm> resolveRule(const SelectorRule& rule, size_t index,
@@ -54,9 +62,7 @@ std::shared_ptr<Algorithm> resolveRule(const SelectorRule& rule, size_t index,
   auto algorithm = algorithms.find(rule.algorithm);
   if (algorithm != nullptr && algorithm->collective() == rule.collective) return algorithm;
   const char* collective = collectiveName(rule.collective);
-  const std::string known = algorithmNames(algorithms.forCollective(rule.collective));
-  const std::string knownText = known.empty() ? detail::concat("no ", collective, " algorithm is registered")
-                                              : detail::concat("known ", collective, " algorithms: ", known);
+  const std::string knownText = knownAlgorithms(rule.collective, algorithms);
   if (algorithm == nullptr) {
     failRuleField(index, "algorithm", "unknown ", collective, " algorithm ", quotedName(rule.algorithm), " (",
                   knownText, ")");
@@ -73,9 +79,7 @@ std::shared_ptr<Algorithm> resolveForced(const std::string& name, Collective col
   auto algorithm = algorithms.find(name);
   if (algorithm != nullptr && algorithm->collective() == collective) return algorithm;
   const char* coll = collectiveName(collective);
-  const std::string known = algorithmNames(algorithms.forCollective(collective));
-  const std::string knownText = known.empty() ? detail::concat("no ", coll, " algorithm is registered")
-                                              : detail::concat("known: ", known);
+  const std::string knownText = knownAlgorithms(collective, algorithms);
   if (algorithm == nullptr) {
     MESHCOMM_THROW(ErrorCode::InvalidUsage, kAlgoVar, " forces ", coll, " algorithm '", boundedText(name),
                    "', which is not a registered ", coll, " algorithm (", knownText, ")");

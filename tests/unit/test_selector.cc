@@ -334,11 +334,12 @@ TEST(SelectorSelect, ForcedByEnvironment) {
 TEST(SelectorSelect, ForcedNamesAreCheckedWhenThePlanIsBuilt) {
   const AlgorithmCollection algs = threeAllReduces();
   const Selector none = Selector::fromJson(R"({"rules": []})");
+  expectErrorContains([&] { SelectionPlan(none, algs, parseForcedAlgorithms("allreduce=smal")); },
+                      {"MESHCOMM_ALGO", "'smal'", "not a registered allreduce algorithm",
+                       "known allreduce algorithms: small, mid, large"});
   expectErrorContains(
-      [&] { SelectionPlan(none, algs, parseForcedAlgorithms("allreduce=smal")); },
-      {"MESHCOMM_ALGO", "'smal'", "not a registered allreduce algorithm", "known: small, mid, large"});
-  expectErrorContains([&] { SelectionPlan(none, algs, parseForcedAlgorithms("allgather=large")); },
-                      {"MESHCOMM_ALGO", "'large'", "it is an algorithm of allreduce", "known: ag"});
+      [&] { SelectionPlan(none, algs, parseForcedAlgorithms("allgather=large")); },
+      {"MESHCOMM_ALGO", "'large'", "it is an algorithm of allreduce", "known allgather algorithms: ag"});
   expectErrorContains([&] { SelectionPlan(none, algs, parseForcedAlgorithms("alltoall=x")); },
                       {"'x'", "no alltoall algorithm is registered"});
   SelectionPlan ok(none, algs, parseForcedAlgorithms("allreduce=mid,allgather=ag"));
