@@ -7,6 +7,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include <algorithm>
+#include <utility>
 
 #include "ep/ep_epoch.cuh"
 #include "ep/ep_kernels.cuh"
@@ -469,8 +470,10 @@ __device__ bool awaitFlag(const uint64_t* p, uint64_t e, const SpinContext& ctx)
 constexpr int kCombineSendWarps = kWarps / 2;
 static_assert(kCombineSendWarps >= kMaxRanks, "every source needs a send warp even with one block");
 
-// Chunks of a row a combine reduce lane loads from every rank before it sums them.
-constexpr int kReduceUnroll = 2;
+// Chunks of a row a combine reduce lane loads from every one of kR ranks before it sums them: 16 loads of
+// 16 bytes in flight a lane (64 registers) whatever the rank count.
+template <int kR>
+constexpr int kReduceChunks = kR >= 16 ? 1 : 16 / kR;
 
 // Rows a combine send warp writes before it publishes their flags with one system-scope fence.
 constexpr int kCombineRowsPerRelease = 4;
@@ -587,9 +590,11 @@ __device__ void combineSend(const KernelView& v, const CombineInputs& in, const 
 // Reduce warp w (of all blocks' reduce warps): tokens w, w + all, ...; each waits (acquire, every lane) for
 // the flags of the ranks it went to, then sums their rows (fp32, loads of every rank in flight at once) and
 // the biases into the output, and the ranks' weights.
+template <int kR>
 __device__ void combineReduce(const KernelView& v, const CombineInputs& in, const Shape& shape,
                               const CombineOutputs& out, uint64_t e, int64_t slabTokens, int64_t w) {
-  const int R = v.size, lane = threadIdx.x % 32;
+  constexpr int R = kR;
+  const int lane = threadIdx.x % 32;
   const SlabLayout sl = SlabLayout::of(shape);
   const char* slabs = v.regions[v.rank] + v.layout.slabs;
   const int64_t networkSlabTokens =
@@ -598,11 +603,11 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
   const int64_t all = static_cast<int64_t>(gridDim.x) * (kWarps - kCombineSendWarps);
   for (int64_t t = w; t < in.tokens; t += all) {
     const uint32_t ranks = __ballot_sync(0xffffffffu, lane < R && in.tokenInRank[t * R + lane]);
-    const char* row[kMaxRanks];
+    const char* row[kR];
 #pragma unroll
-    for (int r = 0; r < kMaxRanks; ++r) {
+    for (int r = 0; r < kR; ++r) {
       const bool from = (ranks >> r) & 1u;
-      if (r < R && !v.sameNode(r)) {  // another node's rows: row k of its network slab, after its put landed
+      if (!v.sameNode(r)) {  // another node's rows: row k of its network slab, after its put landed
         const int64_t k = from ? v.tokenRowIndex[t * R + r] : 0;
         row[r] =
             v.network + v.netLayout.slabs + (static_cast<uint64_t>(r) * networkSlabTokens + k) * sl.stride;
@@ -613,19 +618,19 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
       row[r] = slabs + (static_cast<uint64_t>(r) * slabTokens + t) * sl.stride;
       if (from && !awaitFlag(reinterpret_cast<const uint64_t*>(row[r] + sl.flag), e, v.spin[r])) return;
     }
-    // kReduceUnroll chunks of 8 elements a lane: every rank's loads of them in flight before the sums.
-    for (int h0 = lane * 8; h0 < elems; h0 += 32 * 8 * kReduceUnroll) {
-      uint4 packed[kReduceUnroll][kMaxRanks];
+    // kReduceChunks<kR> chunks of 8 elements a lane: every rank's loads of them in flight before the sums.
+    for (int h0 = lane * 8; h0 < elems; h0 += 32 * 8 * kReduceChunks<kR>) {
+      uint4 packed[kReduceChunks<kR>][kR];
 #pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {
+      for (int u = 0; u < kReduceChunks<kR>; ++u) {
         const int h = h0 + u * 32 * 8;
 #pragma unroll
-        for (int r = 0; r < kMaxRanks; ++r)
+        for (int r = 0; r < kR; ++r)
           if (h < elems && ((ranks >> r) & 1u))
             packed[u][r] = *reinterpret_cast<const uint4*>(row[r] + 2 * h);
       }
 #pragma unroll
-      for (int u = 0; u < kReduceUnroll; ++u) {
+      for (int u = 0; u < kReduceChunks<kR>; ++u) {
         const int h = h0 + u * 32 * 8;
         if (h >= elems) break;
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -637,7 +642,7 @@ __device__ void combineReduce(const KernelView& v, const CombineInputs& in, cons
           for (int j = 0; j < 8; ++j) acc[j] += __bfloat162float(b[j]);
         }
 #pragma unroll
-        for (int r = 0; r < kMaxRanks; ++r) {
+        for (int r = 0; r < kR; ++r) {
           if (!((ranks >> r) & 1u)) continue;
           const auto* vals = reinterpret_cast<const __nv_bfloat16*>(&packed[u][r]);
 #pragma unroll
@@ -676,6 +681,7 @@ __device__ void relayNetworkSignals(const KernelView& v, int r, uint64_t e) {
 // this rank's slabs (an LL packet, flag: the epoch; this rank's previous combine, reductions included, has
 // finished), and every block waits for its destinations' packets. Slab rows are written once per call, so no
 // send waits on a reduction; a reduction waits only on sends, which every rank's resident blocks make.
+template <int kR>
 __global__ void __launch_bounds__(kThreads, 1)
     combineKernel(KernelView v, CombineInputs in, Shape shape, CombineOutputs out) {
   const int R = v.size, me = v.rank, warp = threadIdx.x / 32;
@@ -708,8 +714,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warp < kCombineSendWarps) {
     if (ok) combineSend(v, in, shape, e, slabTokens, static_cast<int>(blockIdx.x) * kCombineSendWarps + warp);
   } else {
-    combineReduce(v, in, shape, out, e, slabTokens,
-                  static_cast<int64_t>(blockIdx.x) * (kWarps - kCombineSendWarps) + warp - kCombineSendWarps);
+    combineReduce<kR>(
+        v, in, shape, out, e, slabTokens,
+        static_cast<int64_t>(blockIdx.x) * (kWarps - kCombineSendWarps) + warp - kCombineSendWarps);
   }
   endEpoch(e, v.combineEpoch, v.combineStarted);
 }
@@ -795,9 +802,24 @@ void launchDispatchReceive(const KernelView& v, const DispatchOutputs& out, cons
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
+// The reduce's loads and sums are unrolled over the ranks: one combine kernel per group size 1..kMaxRanks,
+// the one for v.size launched.
+template <int... kSizes>
+void launchCombineForSize(std::integer_sequence<int, kSizes...>, const KernelView& v, const CombineInputs& in,
+                          const Shape& shape, const CombineOutputs& out, cudaStream_t stream) {
+  const bool launched =
+      ((v.size == kSizes + 1
+            ? (combineKernel<kSizes + 1><<<v.blocks, kThreads, 0, stream>>>(v, in, shape, out), true)
+            : false) ||
+       ...);
+  if (!launched)  // a Buffer refuses group sizes above kMaxRanks when it is created
+    MESHCOMM_THROW(ErrorCode::InternalError, "rank ", v.rank, " ep combine: no kernel for group size ",
+                   v.size);
+}
+
 void launchCombine(const KernelView& v, const CombineInputs& in, const Shape& shape,
                    const CombineOutputs& out, cudaStream_t stream) {
-  combineKernel<<<v.blocks, kThreads, 0, stream>>>(v, in, shape, out);
+  launchCombineForSize(std::make_integer_sequence<int, kMaxRanks>{}, v, in, shape, out, stream);
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
 }
 
