@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "plan/plan_peer_buffers.hpp"
 #include "meshcomm/comm_resources.hpp"
 #include "meshcomm/device/reduce.hpp"
 #include "meshcomm/plan.hpp"
@@ -56,6 +57,7 @@ struct PlanLaunch {
   uint64_t* epoch;            // kLLEpochWords: the launch flag (both protocols; barriers use the epoch)
   uint64_t* barriers;         // one counter per barrier occurrence
   ReduceParams red;
+  PeerBufferExchange prologue;  // run before the ops (plan_peer_buffers.cuh)
 };
 
 // Launches the executor for (dtype, op); false if the pair has no kernel.

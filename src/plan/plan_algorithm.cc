@@ -37,7 +37,7 @@ struct PlanAlgorithm::State {
   GpuBuffer blocksBuf, opsBuf, refsBuf, peerBuffers;
   uint64_t packetOffset = 0, slotsOffset = 0;
   uint64_t* epoch = nullptr;
-  uint64_t* prologueEpoch = nullptr;
+  uint64_t* prologueDone = nullptr;  // the prologue's block 0 -> other blocks word (PeerBufferExchange::done)
   uint64_t* barriers = nullptr;
 
   bool needsPrologue() const { return facts.reachesPeerBuffers || facts.writesPeerScratch; }
@@ -90,7 +90,7 @@ void PlanAlgorithm::initialize(CommResources& resources) {
                      " loaded a different plan (hash ", hashes[r], " here ", source_->hash, ")");
   }
   s.epoch = resources.allocateDeviceWords(reduction::kLLEpochWords);
-  s.prologueEpoch = resources.allocateDeviceWords(reduction::kLLEpochWords);
+  s.prologueDone = resources.allocateDeviceWords(1);
   s.initialized = true;
   if (p.numRanks != v.nRanks) {
     s.facts.reason = "the plan is for " + std::to_string(p.numRanks) + " ranks";
@@ -270,42 +270,39 @@ void PlanAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,
   // A plan without reductions moves bytes only: its one-operand packet reads run as sums.
   ReduceOpSpec op = s.facts.reduces ? args.op : ReduceOpSpec(ReduceOp::Sum);
   a.red = makeReduceParams(op, v.nRanks);
-  if (s.needsPrologue()) {
-    // Every rank runs the prologue: an entry barrier with every peer (the peers' previous use of their
-    // scratch is over) and, for plans that reach the peers' call buffers, the exchange of where they lie.
-    plan::PeerBufferExchange x{};
-    x.view = v;
-    x.exchange = s.facts.reachesPeerBuffers;
-    x.slotsOffset = s.slotsOffset;
-    x.epoch = s.prologueEpoch;
-    x.peerBuffers = static_cast<char**>(s.peerBuffers.data());
-    x.mine = plan::CallBufferDescriptor{-1, -1, 0, 0, 0, 0};
-    if (x.exchange) {
-      BufferRegistry& registry = resources.registry();
-      const uint64_t inBytes = args.count * inUnits * elemBytes, outBytes = args.count * outUnits * elemBytes;
-      const RegisteredSpan in = registry.find(args.input, inBytes),
-                           out = registry.find(args.output, outBytes);
-      const bool registered = in.registered() && out.registered();
-      x.registry = registry.deviceView();
-      // Unregistered: the descriptor names no registration, so the peers fail this call too (in step).
-      if (registered)
-        x.mine = plan::CallBufferDescriptor{in.index, out.index, in.offset, out.offset, inBytes, outBytes};
-      x.mine.inBytes = inBytes;
-      x.mine.outBytes = outBytes;
-      plan::exchangePeerBuffers(x, args.stream);
-      MESHCOMM_REQUIRE(
-          registered, "rank ", v.rank, ": plan ", p.name,
-          ": it writes into or reads from the peers' input or output, so both buffers must lie in "
-          "buffers registered with Comm::registerBuffer (input ",
-          in.registered() ? "registered" : "not registered", ", output ",
-          out.registered() ? "registered" : "not registered", ")");
-    } else {
-      plan::exchangePeerBuffers(x, args.stream);
-    }
+  // Every rank runs the prologue (in the executor kernel): an entry barrier with every peer (the peers'
+  // previous use of their scratch is over) and, for plans that reach the peers' call buffers, the exchange of
+  // where they lie.
+  plan::PeerBufferExchange& x = a.prologue;
+  x.run = s.needsPrologue();
+  x.exchange = s.facts.reachesPeerBuffers;
+  x.slotsOffset = s.slotsOffset;
+  x.peerBuffers = static_cast<char**>(s.peerBuffers.data());
+  x.done = s.prologueDone;
+  x.mine = plan::CallBufferDescriptor{-1, -1, 0, 0, 0, 0};
+  bool registered = true;
+  RegisteredSpan in, out;
+  if (x.run && x.exchange) {
+    BufferRegistry& registry = resources.registry();
+    const uint64_t inBytes = args.count * inUnits * elemBytes, outBytes = args.count * outUnits * elemBytes;
+    in = registry.find(args.input, inBytes);
+    out = registry.find(args.output, outBytes);
+    registered = in.registered() && out.registered();
+    x.registry = registry.deviceView();
+    // Unregistered: the descriptor names no registration, so the peers fail this call too (in step).
+    if (registered)
+      x.mine = plan::CallBufferDescriptor{in.index, out.index, in.offset, out.offset, inBytes, outBytes};
+    x.mine.inBytes = inBytes;
+    x.mine.outBytes = outBytes;
   }
   MESHCOMM_REQUIRE(plan::launchPlan(a, s.blocks, threads, args.dtype, op.op, args.stream), "rank ", v.rank,
                    ": plan ", p.name, ": no kernel for dtype ", dataTypeName(args.dtype));
   MESHCOMM_CUDA_CHECK(cudaGetLastError());
+  MESHCOMM_REQUIRE(registered, "rank ", v.rank, ": plan ", p.name,
+                   ": it writes into or reads from the peers' input or output, so both buffers must lie in "
+                   "buffers registered with Comm::registerBuffer (input ",
+                   in.registered() ? "registered" : "not registered", ", output ",
+                   out.registered() ? "registered" : "not registered", ")");
 }
 
 }  // namespace meshcomm

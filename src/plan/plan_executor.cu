@@ -1,7 +1,7 @@
-// The plan executor kernel (docs/dsl.md, "The executor"): CUDA block b runs the ops of the rank's plan thread
-// block b in order with the device primitives the native algorithms use — device::copy for copy/put/get, the
-// channel semaphores for signal/wait, LL16 packs (writePackLL, gatherPacksLL) for packets, device::Reducer
-// for reductions.
+// The plan executor kernel (docs/dsl.md, "The executor"): after the prologue (plan_peer_buffers.cuh) where
+// the plan needs it, CUDA block b runs the ops of the rank's plan thread block b in order with the device
+// primitives the native algorithms use — device::copy for copy/put/get, the channel semaphores for
+// signal/wait, LL16 packs (writePackLL, gatherPacksLL) for packets, device::Reducer for reductions.
 //
 // Memory order. put/get/copy are weak stores. signal: __syncthreads() (every thread's stores of the block
 // before it), then thread 0's release increment (relaxed variant: no data ordering). wait: thread 0's acquire
@@ -12,6 +12,7 @@
 #include "meshcomm/device/comm_device.hpp"
 #include "meshcomm/device/copy.hpp"
 #include "plan/device_plan.hpp"
+#include "plan/plan_peer_buffers.cuh"
 
 namespace meshcomm::plan {
 namespace {
@@ -299,7 +300,8 @@ __global__ void __launch_bounds__(kMaxThreads) planKernel(PlanLaunch a) {
   Executor<D, Op> x{a, device::Reducer<D, Op>(a.red), reduction::beginLLEpoch(a.epoch),
                     reduction::anySpinContext(a.view)};
   const BlockRecord b = a.blocks[blockIdx.x];
-  for (uint32_t i = 0; i < b.numOps; ++i) {
+  const bool ready = !a.prologue.run || runPrologue(a.view, a.prologue, x.ep.epoch, x.ep.half, x.ctx);
+  for (uint32_t i = 0; ready && i < b.numOps; ++i) {
     const OpRecord op = a.ops[b.firstOp + i];
     // Every thread runs every op (the ops' own barriers keep the block together); a failed wait stops it.
     if (!__syncthreads_and(x.run(op) ? 1 : 0)) break;

@@ -1,8 +1,6 @@
-// The plan executor's prologue (plan_peer_buffers.cu): an entry barrier with every peer and, for plans that
-// reach the peers' call buffers, the exchange of where those lie.
+// The plan executor's prologue (run by the executor kernel before its ops, plan_peer_buffers.cuh): an entry
+// barrier with every peer and, for plans that reach the peers' call buffers, the exchange of where those lie.
 #pragma once
-
-#include <cuda_runtime.h>
 
 #include <cstdint>
 
@@ -29,16 +27,15 @@ inline uint64_t descriptorSlotsBytes(int nRanks) {
   return 2ull * static_cast<uint64_t>(nRanks) * kDescriptorSlotBytes;
 }
 
+// The prologue's part of a launch (by value, in PlanLaunch).
 struct PeerBufferExchange {
-  CommDeviceView view;
+  bool run;       // false: a plan that touches only its own buffers and the peers' packets
   bool exchange;  // false: the entry barrier alone (no descriptors)
   RegistryDeviceView registry;
   CallBufferDescriptor mine;
   uint64_t slotsOffset;  // of the descriptor slots in every rank's packet buffer
-  uint64_t* epoch;       // the prologue's own kLLEpochWords
   char** peerBuffers;    // [kPlanBuffers][nRanks]: input and output rows written (null where unresolved)
+  uint64_t* done;        // block 0 stores the launch's epoch here once the prologue is over
 };
-
-void exchangePeerBuffers(const PeerBufferExchange& x, cudaStream_t stream);
 
 }  // namespace meshcomm::plan
