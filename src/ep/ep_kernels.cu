@@ -475,6 +475,10 @@ static_assert(kCombineSendWarps >= kMaxRanks, "every source needs a send warp ev
 template <int kR>
 constexpr int kReduceChunks = kR >= 16 ? 1 : 16 / kR;
 
+// 16-byte loads a combine send lane keeps in flight per row copy: twice kCopyUnroll, since only half of a
+// block's warps send and most rows' stores go to a peer.
+constexpr int kCombineCopyUnroll = 16;
+
 // Rows a combine send warp writes before it publishes their flags with one system-scope fence.
 constexpr int kCombineRowsPerRelease = 4;
 
@@ -570,8 +574,8 @@ __device__ void combineSend(const KernelView& v, const CombineInputs& in, const 
         return;
       }
       char* dst = slab + static_cast<uint64_t>(t) * sl.stride;
-      device::copy<kCopyUnroll>(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes,
-                                shape.hiddenBytes, lane, 32);
+      device::copy<kCombineCopyUnroll>(dst, static_cast<const char*>(in.y) + i * shape.hiddenBytes,
+                                       shape.hiddenBytes, lane, 32);
       for (int k = lane; k < shape.topk; k += 32)
         reinterpret_cast<float*>(dst + sl.weights)[k] =
             in.topkWeights ? in.topkWeights[i * shape.topk + k] : 0.0f;
