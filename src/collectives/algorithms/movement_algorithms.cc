@@ -16,8 +16,6 @@ void registerMovementAlgorithms(AlgorithmCollection& collection) {
   collection.add(movement::makeAllToAllvScratch());
   collection.add(movement::makeBroadcastLL());
   collection.add(movement::makeBroadcastScratch());
-  collection.add(movement::makeBroadcastSag());
-  collection.add(movement::makeBroadcastPipe());
   collection.add(movement::makeBroadcastChain());
   collection.add(movement::makeGatherLL());
   collection.add(movement::makeGatherScratch());

@@ -16,8 +16,6 @@ std::shared_ptr<Algorithm> makeAllToAllvLL();       // ll_stream.cu
 std::shared_ptr<Algorithm> makeAllToAllvScratch();  // alltoall_scratch.cu
 std::shared_ptr<Algorithm> makeBroadcastLL();       // rooted_ll.cu
 std::shared_ptr<Algorithm> makeBroadcastScratch();  // broadcast_scratch.cu
-std::shared_ptr<Algorithm> makeBroadcastSag();      // broadcast_scratch.cu
-std::shared_ptr<Algorithm> makeBroadcastPipe();     // broadcast_scratch.cu
 std::shared_ptr<Algorithm> makeBroadcastChain();    // broadcast_scratch.cu
 std::shared_ptr<Algorithm> makeGatherLL();          // rooted_ll.cu
 std::shared_ptr<Algorithm> makeGatherScratch();     // gather_scratch.cu

@@ -371,10 +371,9 @@ struct SegStream {
 #endif
 };
 
-// Defaults of the Plan interface (pairwiseKernel below): no header, no signatures, no links.
+// Defaults of the Plan interface (pairwiseKernel below): no header, no signatures.
 struct PlanBase {
   static constexpr bool kHeader = false;
-  static constexpr bool kLinked = false;
 #if defined(__CUDACC__)
   // Bytes of this rank's local copy (an upper bound; sizes the slicing only). Unknown: the most slices.
   MESHCOMM_DEVICE_INLINE uint64_t selfBytes(const CommDeviceView&) const {
@@ -386,19 +385,6 @@ struct PlanBase {
   MESHCOMM_DEVICE_INLINE uint64_t recvSig(int) const {
     return 0;
   }
-  // kLinked hooks (see pairwiseKernel); unused otherwise.
-  MESHCOMM_DEVICE_INLINE uint64_t roundBasis(const CommDeviceView&, uint64_t maxBytes) const {
-    return maxBytes;
-  }
-  MESHCOMM_DEVICE_INLINE uint64_t linkGeneration() const {
-    return 0;
-  }
-  MESHCOMM_DEVICE_INLINE bool waitLinked(const CommDeviceView&, int, int, uint64_t, uint64_t,
-                                         const SpinContext&) const {
-    return true;
-  }
-  MESHCOMM_DEVICE_INLINE void publishLinked(const CommDeviceView&, int, int, uint64_t, uint64_t) const {}
-  MESHCOMM_DEVICE_INLINE void arriveLinked(uint64_t) const {}
 #endif
 };
 
@@ -562,16 +548,9 @@ struct PeerHeaderCheck {
 //   Stream send(v, peer), recv(v, peer)   byte streams (recv.bytes: what the peer sends if plans agree)
 //   uint64_t sendSig(peer), recvSig(peer)  (kHeader) signatures that must agree
 //   void selfCopy(v, part, nParts, tid, nt)   part `part` of `nParts` of the local copy, threads [0, nt)
-//   static constexpr bool kLinked;   blocks of one rank depend on each other (broadcast_pipe), through:
-//     uint64_t roundBasis(v, maxBytes)   bytes that size the rounds (equal on both sides of every pair)
-//     uint64_t linkGeneration()          read once per block at the start (a per-launch number)
-//     bool waitLinked(v, peer, c, t, gen, ctx)   thread 0, before the put of a non-empty piece t
-//     void publishLinked(v, peer, c, t, gen)     one thread, after piece t was copied out (barrier-acquired)
-//     void arriveLinked(gen)             every block, last thing (all threads; advances the generation)
-//   Linked blocks wait on blocks of the same grid: the grid must be co-resident (as for the engine).
 // Each direction of a pair is a stream of pieces through the receiver's engine buffers (EngineStreams:
 // persistent data/credit counters per lane). T = ceil(bytes / roundBytes) per direction, with one roundBytes
-// for both directions of the pair, from roundBasis(the larger of its two counts): both sides compute the
+// for both directions of the pair, from the larger of its two counts: both sides compute the
 // same pieces from their own plans.
 //
 // kHeader: the plans of the two sides may disagree (a user's counts), so the pair exchanges headers (above)
@@ -585,7 +564,7 @@ struct PeerHeaderCheck {
 //
 // Steps run as published steps (runPublishedSteps, engine_streams.cuh: a publisher warp does the
 // system-scope releases while the compute warps run up to two steps ahead). Step s: thread 0 acquires the
-// credit of my piece s (and, linked, its link) and the peer's piece s - kCopyLag; the compute warps put my
+// credit of my piece s and the peer's piece s - kCopyLag; the compute warps put my
 // piece s, copy out the peer's piece s - kCopyLag and one slice of the local copy; the publisher publishes
 // piece s to the peer's data counter and returns the copied-out buffer through the peer's credit counter.
 // The peer publishes its piece s - kCopyLag while this block computes step s - 1, so the acquire at step s
@@ -629,11 +608,8 @@ __global__ void __launch_bounds__(kEngineThreads)
       }
     }
   }
-  uint64_t gen = 0;
-  if constexpr (Plan::kLinked) gen = plan.linkGeneration();
   if (!active) {
     for (uint32_t k = 0; k < slices; ++k) plan.selfCopy(v, selfPart + k, selfParts, threadIdx.x, blockDim.x);
-    if constexpr (Plan::kLinked) plan.arriveLinked(gen);
     return;
   }
 
@@ -643,8 +619,7 @@ __global__ void __launch_bounds__(kEngineThreads)
   const auto recv = plan.recv(v, peer);
   auto check = pairWaitCheck(plan, hdr, v, peer, epoch, send, recv);  // thread 0's
   // Both directions in rounds of the same size, from this rank's plan (the peer's cuts them alike).
-  const uint64_t round =
-      es.pieceCap(plan.roundBasis(v, maxU(send.bytes, recv.bytes))) * static_cast<uint64_t>(B);
+  const uint64_t round = es.pieceCap(maxU(send.bytes, recv.bytes)) * static_cast<uint64_t>(B);
   const uint64_t Ts = divUp(send.bytes, round), Tr = divUp(recv.bytes, round);
   const uint64_t steps = Tr > 0 ? maxU(Ts, Tr + kCopyLag) : Ts;
 
@@ -661,10 +636,6 @@ __global__ void __launch_bounds__(kEngineThreads)
       steps,
       [&](uint64_t s) {
         bool good = s >= Ts || awaitCredit(es, v, peer, c, sent0 + s, ctx, check);
-        if constexpr (Plan::kLinked) {
-          if (good && s < Ts && roundPiece(send.bytes, s, round, B, c).len)
-            good = plan.waitLinked(v, peer, c, s, gen, ctx);
-        }
         uint64_t j;
         if (good && copiesOut(s, j)) good = awaitPiece(es, v, peer, c, consumed0 + j, ctx, check);
         return good;
@@ -684,10 +655,7 @@ __global__ void __launch_bounds__(kEngineThreads)
       [&](uint64_t s) {
         if (s < Ts) publishPiece(es, v, peer, c);
         uint64_t j;
-        if (copiesOut(s, j)) {
-          releasePiece(es, v, peer, c);
-          if constexpr (Plan::kLinked) plan.publishLinked(v, peer, c, j, gen);
-        }
+        if (copiesOut(s, j)) releasePiece(es, v, peer, c);
       });
   // kHeader: the peer's header, unless a wait saw it (it overlaps the publisher's last release).
   if constexpr (Plan::kHeader) {
@@ -706,7 +674,6 @@ __global__ void __launch_bounds__(kEngineThreads)
     __syncthreads();  // every thread has read its epoch word (advanced next), even with no steps
     ep.advance(peer, c, B, epoch, threadIdx.x, blockDim.x);  // own words only
   }
-  if constexpr (Plan::kLinked) plan.arriveLinked(gen);
 }
 
 #endif
