@@ -12,7 +12,7 @@ import sys
 
 from . import programs
 from .errors import DslError
-from .simulate import expected_outputs, run_plan, units
+from .simulate import expected_outputs, output_view, run_plan, units
 
 
 def main(argv=None) -> int:
@@ -24,18 +24,20 @@ def main(argv=None) -> int:
     c.add_argument("name")
     c.add_argument("--ranks", type=int, required=True)
     c.add_argument("--instances", type=int, default=1)
+    c.add_argument("--inplace", action="store_true", help="input and output one buffer (NCCL's in-place layout)")
     c.add_argument("-o", "--output", help="plan file (default: stdout)")
     s = sub.add_parser("simulate", help="run a plan on the host interpreter against the collective's definition")
     s.add_argument("plan")
     s.add_argument("--elements", type=int, default=1000, help="elements per unit (n)")
     s.add_argument("--op", default="sum", choices=("sum", "max", "min", "prod"))
+    s.add_argument("--seeds", type=int, default=0, help="also this many random interleavings of the blocks")
     args = p.parse_args(argv)
     try:
         if args.command == "list":
             for name in programs.NAMES:
                 print(name)
         elif args.command == "compile":
-            text = programs.get(args.name)(args.ranks, instances=args.instances).dumps()
+            text = programs.get(args.name)(args.ranks, instances=args.instances, inplace=args.inplace).dumps()
             if args.output:
                 with open(args.output, "w") as f:
                     f.write(text)
@@ -48,8 +50,11 @@ def main(argv=None) -> int:
             rng = random.Random(0)
             inputs = [[rng.randint(-1000, 1000) for _ in range(units(plan["collective"], R)[0] * n)]
                       for _ in range(R)]
-            ok = run_plan(plan, n, inputs, args.op) == expected_outputs(plan["collective"], inputs, n, args.op)
-            print(f"{plan['name']}: {R} ranks, {n} elements per unit, {args.op}: {'correct' if ok else 'WRONG'}")
+            want = expected_outputs(plan["collective"], inputs, n, args.op)
+            ok = all([output_view(plan, n, r, g) for r, g in enumerate(run_plan(plan, n, inputs, args.op, seed))]
+                     == want for seed in [None, *range(args.seeds)])
+            print(f"{plan['name']}: {R} ranks, {n} elements per unit, {args.op}, {args.seeds} random "
+                  f"interleavings: {'correct' if ok else 'WRONG'}")
             return 0 if ok else 1
     except (DslError, KeyError) as e:
         print(f"meshcomm.dsl: {e}", file=sys.stderr)

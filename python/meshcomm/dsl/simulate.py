@@ -5,9 +5,15 @@ count. A plan that cannot finish raises DslError naming the blocked operations.
 
     outputs = run_plan(plan, n, inputs, op="sum")   # inputs[r]: rank r's input list
     assert outputs == expected_outputs(plan["collective"], inputs, n, op="sum")
+
+By default every block runs as far as it can, in (rank, block) order. With ``seed`` the blocks interleave one
+operation at a time in a random order that the semaphores, packets and barriers allow, as the GPU's blocks may:
+a program whose result depends on the interleaving (e.g. an in-place program whose peers overwrite data before
+it is sent) shows it under some seeds. ``output_view`` gives what the caller's output is in place.
 """
+import random
 from collections import defaultdict
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from .collectives import units
 from .errors import DslError
@@ -142,16 +148,26 @@ class _Machine:
             self.barrier_seen[(r, tb, members)] += 1
         return True  # flush: puts complete at once here
 
-    def run(self) -> None:
+    def run(self, rng: Optional[random.Random] = None) -> None:
+        """Greedy (each block as far as it can, in order) without rng; one random runnable op at a time with it.
+        A blocked op may be retried: step() changes nothing until it proceeds (a barrier records its arrival
+        once)."""
         pcs = {(r, tb["id"]): 0 for r, rank in enumerate(self.plan["ranks"]) for tb in rank["threadblocks"]}
         ops = {(r, tb["id"]): tb["ops"] for r, rank in enumerate(self.plan["ranks"])
                for tb in rank["threadblocks"]}
         while True:
             progressed = False
-            for key in sorted(pcs):
+            live = [k for k in sorted(pcs) if pcs[k] < len(ops[k])]
+            if rng is not None:
+                rng.shuffle(live)
+            for key in live:
                 while pcs[key] < len(ops[key]) and self.step(key[0], key[1], ops[key][pcs[key]]):
                     pcs[key] += 1
                     progressed = True
+                    if rng is not None:
+                        break
+                if rng is not None and progressed:
+                    break
             if all(pcs[k] == len(ops[k]) for k in pcs):
                 return
             if not progressed:
@@ -160,11 +176,23 @@ class _Machine:
                 raise DslError(f"plan {self.plan['name']}: stuck: " + "; ".join(blocked))
 
 
-def run_plan(plan: dict, n: int, inputs: List[List[int]], op: str = "sum") -> List[list]:
-    """Every rank's output after one call with n elements per unit (docs/dsl.md, chunk geometry)."""
+def run_plan(plan: dict, n: int, inputs: List[List[int]], op: str = "sum",
+             seed: Optional[int] = None) -> List[list]:
+    """Every rank's output buffer after one call with n elements per unit (docs/dsl.md, chunk geometry); in place
+    the one buffer (``output_view`` cuts the caller's output from it). ``seed``: a random interleaving."""
     m = _Machine(plan, n, inputs, op)
-    m.run()
+    m.run(random.Random(seed) if seed is not None else None)
     return [bufs["output"] for bufs in m.mem]
+
+
+def output_view(plan: dict, n: int, rank: int, buffer: list) -> list:
+    """The caller's output within rank `rank`'s output buffer: all of it out of place; in place, where the
+    collective's output lies in the one buffer (reduce-scatter: element rank * n, as NCCL's recvbuff =
+    sendbuff + rank * recvcount)."""
+    in_units, out_units = units(plan["collective"], plan["num_ranks"])
+    if not plan["inplace"] or in_units <= out_units:
+        return buffer
+    return buffer[rank * out_units * n:(rank + 1) * out_units * n]
 
 
 def expected_outputs(collective: str, inputs: List[List[int]], n: int, op: str = "sum") -> List[list]:

@@ -1,5 +1,7 @@
-"""The shipped programs: each module defines ``program(num_ranks) -> CollectiveProgram`` and NAME. The plans
-are generated from these sources (``python -m meshcomm.dsl compile NAME --ranks R``), never edited by hand."""
+"""The shipped programs: each module defines ``program(num_ranks, instances=1, inplace=False) ->
+CollectiveProgram`` and ``supports(num_ranks)``; ``IN_PLACE = False`` marks one that refuses ``inplace=True``.
+The plans are generated from these sources (``python -m meshcomm.dsl compile NAME --ranks R``), never edited by
+hand."""
 import importlib
 from typing import Callable, Dict
 
@@ -23,6 +25,12 @@ def get(name: str) -> Callable[[int], CollectiveProgram]:
     if name not in NAMES:
         raise KeyError(f"no shipped program {name!r}; the shipped programs are {', '.join(NAMES)}")
     return importlib.import_module(f"{__name__}.{name}").program
+
+
+def runs_in_place(name: str) -> bool:
+    """Whether the shipped program compiles in place (input and output one buffer, NCCL's in-place layout)."""
+    get(name)
+    return getattr(importlib.import_module(f"{__name__}.{name}"), "IN_PLACE", True)
 
 
 def compile_all(num_ranks: int) -> Dict[str, dict]:

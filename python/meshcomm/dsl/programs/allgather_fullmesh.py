@@ -8,9 +8,9 @@ def supports(num_ranks: int) -> bool:
     return num_ranks >= 2
 
 
-def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> CollectiveProgram:
     R = num_ranks
-    with CollectiveProgram("allgather_fullmesh", AllGather(R), instances=instances) as prog:
+    with CollectiveProgram("allgather_fullmesh", AllGather(R), instances=instances, inplace=inplace) as prog:
         channels = {r: {p: MemoryChannel(dst=p, src=r) for p in all_peers(r, R)} for r in range(R)}
         for r in range(R):
             me = Rank(r)

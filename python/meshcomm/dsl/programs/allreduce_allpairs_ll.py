@@ -8,9 +8,9 @@ def supports(num_ranks: int) -> bool:
     return num_ranks >= 2
 
 
-def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> CollectiveProgram:
     with CollectiveProgram("allreduce_allpairs_ll", AllReduce(num_ranks), protocol="LL",
-                           max_message_size=1 << 18, instances=instances) as prog:
+                           max_message_size=1 << 18, instances=instances, inplace=inplace) as prog:
         for r in range(num_ranks):
             me = Rank(r)
             me.scratch(num_ranks)  # slot p: the packets of rank p

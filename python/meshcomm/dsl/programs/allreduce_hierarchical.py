@@ -11,10 +11,10 @@ def supports(num_ranks: int) -> bool:
     return num_ranks >= 2 and num_ranks % 2 == 0
 
 
-def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> CollectiveProgram:
     R, g = num_ranks, num_ranks // 2
     with CollectiveProgram("allreduce_hierarchical", AllReduce(R, chunks_per_rank=g),
-                           min_message_size=1 << 16, instances=instances) as prog:
+                           min_message_size=1 << 16, instances=instances, inplace=inplace) as prog:
         def group(r):
             base = r - r % g
             return [base + j for j in range(g)]

@@ -8,10 +8,10 @@ def supports(num_ranks: int) -> bool:
     return num_ranks >= 2
 
 
-def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> CollectiveProgram:
     R = num_ranks
     with CollectiveProgram("allreduce_ring", AllReduce(R, chunks_per_rank=R), min_message_size=1 << 20,
-                           instances=instances) as prog:
+                           instances=instances, inplace=inplace) as prog:
         nxt = {r: MemoryChannel(dst=(r + 1) % R, src=r) for r in range(R)}
         # With two ranks the next rank is also the previous one: one channel serves both directions.
         prv = nxt if R == 2 else {r: MemoryChannel(dst=(r - 1) % R, src=r) for r in range(R)}

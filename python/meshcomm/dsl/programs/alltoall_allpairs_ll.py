@@ -9,10 +9,10 @@ def supports(num_ranks: int) -> bool:
     return num_ranks >= 2
 
 
-def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> CollectiveProgram:
     R = num_ranks
     with CollectiveProgram("alltoall_allpairs_ll", AllToAll(R), protocol="LL", max_message_size=1 << 18,
-                           instances=instances) as prog:
+                           instances=instances, inplace=inplace) as prog:
         for r in range(R):
             Rank(r).scratch(R)  # slot p: rank p's packets for this rank
         for r in range(R):

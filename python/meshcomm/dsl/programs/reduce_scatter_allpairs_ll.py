@@ -8,10 +8,10 @@ def supports(num_ranks: int) -> bool:
     return num_ranks >= 2
 
 
-def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> CollectiveProgram:
     R = num_ranks
     with CollectiveProgram("reduce_scatter_allpairs_ll", ReduceScatter(R), protocol="LL",
-                           max_message_size=1 << 18, instances=instances) as prog:
+                           max_message_size=1 << 18, instances=instances, inplace=inplace) as prog:
         for r in range(R):
             Rank(r).scratch(R)  # slot p: rank p's packets of this rank's chunk
         for r in range(R):

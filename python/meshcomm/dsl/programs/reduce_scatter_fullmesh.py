@@ -9,11 +9,11 @@ def supports(num_ranks: int) -> bool:
     return num_ranks >= 2
 
 
-def program(num_ranks: int, instances: int = 1) -> CollectiveProgram:
+def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> CollectiveProgram:
     R = num_ranks
     S = max(1, R - 1)  # a rank's part is S chunks, one per thread block, so every block reduces
     with CollectiveProgram("reduce_scatter_fullmesh", ReduceScatter(R, chunks_per_rank=S),
-                           instances=instances) as prog:
+                           instances=instances, inplace=inplace) as prog:
         channels = {r: {p: MemoryChannel(dst=p, src=r) for p in all_peers(r, R)} for r in range(R)}
         for r in range(R):
             Rank(r).scratch(R * S)  # slot p: rank p's part for this rank
