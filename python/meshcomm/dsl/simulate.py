@@ -49,41 +49,50 @@ class _Geometry:
 
 
 class _Machine:
-    def __init__(self, plan: dict, n: int, inputs: List[List[int]], op: str):
+    """Calls of one plan back to back on every rank. Scratch (an LL plan's: the packet half of the call's parity)
+    and semaphores persist across calls; each call has its own input and output buffers (a put reaches the peer's buffers of the same call, as the prologue's
+    exchange of call buffers gives). A rank runs call c + 1 only after all its blocks of call c ended (stream
+    order); a plan with puts or gets first runs the executor's entry barrier on every rank (a signal to every
+    peer, then a wait for every peer, on memory channel index 0) before its blocks start."""
+
+    def __init__(self, plan: dict, n: int, calls: List[List[List[int]]], op: str):
         self.plan, self.geo, self.reduce = plan, _Geometry(plan, n), REDUCERS[op]
         R = plan["num_ranks"]
         in_units, out_units = units(plan["collective"], R)
-        self.mem: List[Dict[str, list]] = []
-        for r, rank in enumerate(plan["ranks"]):
-            if len(inputs[r]) != in_units * n:
-                raise DslError(f"rank {r}: input of {len(inputs[r])} elements, the plan needs {in_units * n}")
-            bufs = {"scratch": [None] * (rank["scratch_chunks"] * self.geo.c)}
-            if plan["inplace"]:
-                big = max(in_units, out_units) * n
-                one = [None] * big
-                offset = 0 if in_units == out_units else r * min(in_units, out_units) * n
-                if in_units >= out_units:
-                    one[:len(inputs[r])] = list(inputs[r])
+        # An LL plan's scratch is its packet region, whose halves alternate by call (the launch epoch's parity).
+        halves = 2 if plan["protocol"] == "LL" else 1
+        self.scratch = [[[None] * (rank["scratch_chunks"] * self.geo.c) for rank in plan["ranks"]]
+                        for _ in range(halves)]
+        self.bufs: List[List[Dict[str, list]]] = []
+        for inputs in calls:
+            per_rank = []
+            for r in range(R):
+                if len(inputs[r]) != in_units * n:
+                    raise DslError(f"rank {r}: input of {len(inputs[r])} elements, the plan needs {in_units * n}")
+                if plan["inplace"]:
+                    one = [None] * (max(in_units, out_units) * n)
+                    offset = 0 if in_units >= out_units else r * in_units * n
+                    one[offset:offset + in_units * n] = list(inputs[r])
+                    per_rank.append({"input": one, "output": one})
                 else:
-                    one[offset:offset + n * in_units] = list(inputs[r])
-                bufs["input"] = bufs["output"] = one
-            else:
-                bufs["input"] = list(inputs[r])
-                bufs["output"] = [None] * (out_units * n)
-            self.mem.append(bufs)
+                    per_rank.append({"input": list(inputs[r]), "output": [None] * (out_units * n)})
+            self.bufs.append(per_rank)
         self.signals = defaultdict(int)  # (type, src, dst, index) -> signals so far
         self.waited = defaultdict(int)
-        self.packets = set()  # (rank, scratch slot) arrived
-        self.barriers = defaultdict(int)  # (rank, members, n) -> arrivals
-        self.barrier_seen = defaultdict(int)  # (rank, tb, members) -> barriers passed
-        self.arrived = set()  # (rank, tb, barrier key) that arrived at that barrier
+        self.packets = set()  # (call, rank, scratch slot) arrived
+        self.barriers = defaultdict(int)  # (call, rank, members, nth) -> arrivals
+        self.barrier_seen = defaultdict(int)  # (call, rank, tb, members) -> barriers passed
+        self.arrived = set()  # (call, rank, tb, barrier key) that arrived at that barrier
+        self.call = 0  # the call of the op being stepped
 
     def channel(self, r: int, op: dict) -> dict:
-        return self.plan["ranks"][r]["channels"][op["channel"]]
+        return op["_channel"] if "_channel" in op else self.plan["ranks"][r]["channels"][op["channel"]]
 
     def view(self, r: int, ref: dict, count: int) -> Tuple[list, int]:
         start, _ = self.geo.range(ref)
-        return self.mem[r][ref["buffer"]], start
+        if ref["buffer"] == "scratch":
+            return self.scratch[self.call % len(self.scratch)][r], start
+        return self.bufs[self.call][r][ref["buffer"]], start
 
     def move(self, dst_rank: int, dst: dict, src_rank: int, src: dict) -> None:
         count = self.geo.count([dst, src])
@@ -107,24 +116,27 @@ class _Machine:
     def slots(self, ref: dict) -> range:
         return range(ref["index"], ref["index"] + ref["size"])
 
+    def arrived_packets(self, r: int, ref: dict) -> bool:
+        return all((self.call, r, s) in self.packets for s in self.slots(ref))
+
     def step(self, r: int, tb: int, op: dict) -> bool:
-        """Runs op if it can proceed now; False if it must wait."""
+        """Runs op (of call self.call) if it can proceed now; False if it must wait."""
         kind = op["op"]
         if kind in ("copy", "unpack_packets"):
-            if kind == "unpack_packets" and not all((r, s) in self.packets for s in self.slots(op["src"])):
+            if kind == "unpack_packets" and not self.arrived_packets(r, op["src"]):
                 return False
             self.move(r, op["dst"], r, op["src"])
         elif kind == "reduce":
             self.combine(r, op["dst"], op["srcs"])
         elif kind == "reduce_packets":
-            if not all((r, s) in self.packets for ref in op["packets"] for s in self.slots(ref)):
+            if not all(self.arrived_packets(r, ref) for ref in op["packets"]):
                 return False
             self.combine(r, op["dst"], op["srcs"] + op["packets"])
         elif kind in ("put", "put_packets"):
             peer = self.channel(r, op)["peer"]
             self.move(peer, op["dst"], r, op["src"])
             if kind == "put_packets":
-                self.packets.update((peer, s) for s in self.slots(op["dst"]))
+                self.packets.update((self.call, peer, s) for s in self.slots(op["dst"]))
         elif kind == "get":
             self.move(r, op["dst"], self.channel(r, op)["peer"], op["src"])
         elif kind in ("signal", "wait"):
@@ -138,41 +150,66 @@ class _Machine:
                 self.waited[(key, r)] += 1
         elif kind == "barrier":
             members = tuple(sorted(op["threadblocks"]))
-            nth = self.barrier_seen[(r, tb, members)]
-            key = (r, members, nth)
-            if (r, tb, key) not in self.arrived:
-                self.arrived.add((r, tb, key))
+            nth = self.barrier_seen[(self.call, r, tb, members)]
+            key = (self.call, r, members, nth)
+            if (self.call, r, tb, key) not in self.arrived:
+                self.arrived.add((self.call, r, tb, key))
                 self.barriers[key] += 1
             if self.barriers[key] < len(members):
                 return False
-            self.barrier_seen[(r, tb, members)] += 1
+            self.barrier_seen[(self.call, r, tb, members)] += 1
         return True  # flush: puts complete at once here
 
+    def entry_barrier(self, r: int) -> List[dict]:
+        """The executor's prologue round for plans that put or get (plan_peer_buffers.cuh); none otherwise."""
+        ops = [op for rank in self.plan["ranks"] for tb in rank["threadblocks"] for op in tb["ops"]]
+        if not any(op["op"] in ("put", "get") for op in ops):
+            return []
+        peers = [p for p in range(self.plan["num_ranks"]) if p != r]
+        ch = [{"type": "memory", "peer": p, "index": 0} for p in peers]
+        return [{"op": "signal", "_channel": c} for c in ch] + [{"op": "wait", "_channel": c} for c in ch]
+
     def run(self, rng: Optional[random.Random] = None) -> None:
-        """Greedy (each block as far as it can, in order) without rng; one random runnable op at a time with it.
-        A blocked op may be retried: step() changes nothing until it proceeds (a barrier records its arrival
-        once)."""
-        pcs = {(r, tb["id"]): 0 for r, rank in enumerate(self.plan["ranks"]) for tb in rank["threadblocks"]}
-        ops = {(r, tb["id"]): tb["ops"] for r, rank in enumerate(self.plan["ranks"])
-               for tb in rank["threadblocks"]}
+        """Greedy (each task as far as it can, in order) without rng; one random runnable op at a time with it.
+        Tasks: (call, rank, -1) the entry barrier, (call, rank, block) the blocks. A blocked op may be retried:
+        step() changes nothing until it proceeds (a barrier records its arrival once)."""
+        ops = {}
+        for c in range(len(self.bufs)):
+            for r, rank in enumerate(self.plan["ranks"]):
+                ops[(c, r, -1)] = self.entry_barrier(r)
+                for tb in rank["threadblocks"]:
+                    ops[(c, r, tb["id"])] = tb["ops"]
+        pcs = {k: 0 for k in ops}
+
+        def done(k):
+            return pcs[k] == len(ops[k])
+
+        def may_start(k):
+            c, r, tb = k
+            if c > 0 and not all(done(j) for j in ops if j[0] == c - 1 and j[1] == r):
+                return False  # stream order: the rank's previous call has ended
+            return tb < 0 or done((c, r, -1))
+
         while True:
             progressed = False
-            live = [k for k in sorted(pcs) if pcs[k] < len(ops[k])]
+            live = [k for k in sorted(pcs) if not done(k) and may_start(k)]
             if rng is not None:
                 rng.shuffle(live)
             for key in live:
-                while pcs[key] < len(ops[key]) and self.step(key[0], key[1], ops[key][pcs[key]]):
+                self.call = key[0]
+                while not done(key) and self.step(key[1], key[2], ops[key][pcs[key]]):
                     pcs[key] += 1
                     progressed = True
                     if rng is not None:
                         break
                 if rng is not None and progressed:
                     break
-            if all(pcs[k] == len(ops[k]) for k in pcs):
+            if all(done(k) for k in pcs):
                 return
             if not progressed:
-                blocked = [f"rank {r}, tb {tb}, op {pcs[(r, tb)]} ({ops[(r, tb)][pcs[(r, tb)]]['op']})"
-                           for r, tb in sorted(pcs) if pcs[(r, tb)] < len(ops[(r, tb)])]
+                blocked = [f"call {c}, rank {r}, " + (f"tb {tb}" if tb >= 0 else "entry barrier") +
+                           f", op {pcs[(c, r, tb)]} ({ops[(c, r, tb)][pcs[(c, r, tb)]]['op']})"
+                           for c, r, tb in sorted(pcs) if not done((c, r, tb)) and may_start((c, r, tb))]
                 raise DslError(f"plan {self.plan['name']}: stuck: " + "; ".join(blocked))
 
 
@@ -180,9 +217,17 @@ def run_plan(plan: dict, n: int, inputs: List[List[int]], op: str = "sum",
              seed: Optional[int] = None) -> List[list]:
     """Every rank's output buffer after one call with n elements per unit (docs/dsl.md, chunk geometry); in place
     the one buffer (``output_view`` cuts the caller's output from it). ``seed``: a random interleaving."""
-    m = _Machine(plan, n, inputs, op)
+    return run_calls(plan, n, [inputs], op, seed)[0]
+
+
+def run_calls(plan: dict, n: int, calls: List[List[List[int]]], op: str = "sum",
+              seed: Optional[int] = None) -> List[List[list]]:
+    """Calls back to back (calls[c][r]: rank r's input of call c): every call's output buffers, per rank. Scratch
+    and semaphores carry over, so a program that lets a peer overwrite scratch another rank still reads in the
+    previous call shows it (under some seeds)."""
+    m = _Machine(plan, n, calls, op)
     m.run(random.Random(seed) if seed is not None else None)
-    return [bufs["output"] for bufs in m.mem]
+    return [[bufs["output"] for bufs in per_rank] for per_rank in m.bufs]
 
 
 def output_view(plan: dict, n: int, rank: int, buffer: list) -> list:
