@@ -30,47 +30,33 @@ def shipped_plan(name, n, instances, inplace=False):
 
 
 def run_one(comm, alg, plan, rank, n, count, dtype, op):
+    """Out of place: a send buffer and a poisoned receive buffer. In place: one buffer of max(in, out) units in
+    NCCL's layout (allgather's input at unit `rank` of the output, reduce-scatter's output at unit `rank` of the
+    input), poisoned where the input is not. Every buffer registered (plans may reach the peers' buffers)."""
     iu, ou = units(plan["collective"], n)
     esize = meshcomm.data_type_size(dtype)
     rng = [random.Random(f"{plan['name']}-{count}-{dtype}-{op}-{r}") for r in range(n)]
     rows = [[float(g.randint(-4, 4)) for _ in range(iu * count)] for g in rng]
-    send, recv = meshcomm.GpuBuffer(iu * count * esize), meshcomm.GpuBuffer(ou * count * esize)
-    send.upload(encode(rows[rank], dtype))
-    recv.upload(encode([POISON] * (ou * count), dtype))
-    regs = [comm.register_buffer(send.ptr, send.nbytes), comm.register_buffer(recv.ptr, recv.nbytes)]
+    if plan["inplace"]:
+        in_at, out_at = (rank * count if iu < ou else 0), (rank * count if iu > ou else 0)
+        values = [POISON] * (max(iu, ou) * count)
+        values[in_at:in_at + iu * count] = rows[rank]
+        bufs = [meshcomm.GpuBuffer(len(values) * esize)]
+        bufs[0].upload(encode(values, dtype))
+        in_ptr, out_ptr = bufs[0].ptr + in_at * esize, bufs[0].ptr + out_at * esize
+    else:
+        out_at = 0
+        bufs = [meshcomm.GpuBuffer(iu * count * esize), meshcomm.GpuBuffer(ou * count * esize)]
+        bufs[0].upload(encode(rows[rank], dtype))
+        bufs[1].upload(encode([POISON] * (ou * count), dtype))
+        in_ptr, out_ptr = bufs[0].ptr, bufs[1].ptr
+    regs = [comm.register_buffer(b.ptr, b.nbytes) for b in bufs]
     try:
-        alg.execute(comm, send.ptr, recv.ptr, send.nbytes, recv.nbytes, dtype, op=op, executor=meshcomm.Executor(comm))
-        got = decode(recv.download(recv.nbytes), dtype)
+        alg.execute(comm, in_ptr, out_ptr, iu * count * esize, ou * count * esize, dtype, op=op,
+                    executor=meshcomm.Executor(comm))
+        got = decode(bufs[-1].download(bufs[-1].nbytes), dtype)[out_at:out_at + ou * count]
         want = expected_outputs(plan["collective"], rows, count, OPS[op])[rank]
         check(f"{plan['name']} {meshcomm.data_type_name(dtype)} {OPS[op]} count={count}", got,
-              decode(encode(want, dtype), dtype))
-    finally:
-        for index in regs:
-            comm.deregister_buffer(index)
-
-
-def run_one_in_place(comm, alg, plan, rank, n, count, dtype, op):
-    """One buffer of max(in, out) units, NCCL's in-place layout: allgather's input at unit `rank` of the
-    output, reduce-scatter's output at unit `rank` of the input; the rest of the buffer poisoned where the
-    collective writes."""
-    iu, ou = units(plan["collective"], n)
-    esize = meshcomm.data_type_size(dtype)
-    rng = [random.Random(f"{plan['name']}-{count}-{dtype}-{op}-{r}") for r in range(n)]
-    rows = [[float(g.randint(-4, 4)) for _ in range(iu * count)] for g in rng]
-    units_ = max(iu, ou)
-    values = [POISON] * (units_ * count)
-    in_at = rank * count if iu < ou else 0
-    values[in_at:in_at + iu * count] = rows[rank]
-    buf = meshcomm.GpuBuffer(units_ * count * esize)
-    buf.upload(encode(values, dtype))
-    out_at = rank * count if iu > ou else 0
-    regs = [comm.register_buffer(buf.ptr, buf.nbytes)]
-    try:
-        alg.execute(comm, buf.ptr + in_at * esize, buf.ptr + out_at * esize, iu * count * esize,
-                    ou * count * esize, dtype, op=op, executor=meshcomm.Executor(comm))
-        got = decode(buf.download(buf.nbytes), dtype)[out_at:out_at + ou * count]
-        want = expected_outputs(plan["collective"], rows, count, OPS[op])[rank]
-        check(f"{plan['name']} {meshcomm.data_type_name(dtype)} {OPS[op]} count={count} in place", got,
               decode(encode(want, dtype), dtype))
     finally:
         for index in regs:
@@ -105,7 +91,7 @@ def run_plans(rank, n):
             iu = units(plan["collective"], n)[0]
             for count in COUNTS:
                 if count * iu * 4 <= plan["max_message_size"]:
-                    run_one_in_place(comm, alg, plan, rank, n, count, DataType.FLOAT32, ReduceOp.SUM)
+                    run_one(comm, alg, plan, rank, n, count, DataType.FLOAT32, ReduceOp.SUM)
                     checked += 1
         ran[name] = checked
     comm.check_error()
