@@ -10,6 +10,7 @@ By default every block runs as far as it can, in (rank, block) order. With ``see
 operation at a time in a random order that the semaphores, packets and barriers allow, as the GPU's blocks may:
 a program whose result depends on the interleaving (e.g. an in-place program whose peers overwrite data before
 it is sent) shows it under some seeds. ``output_view`` gives what the caller's output is in place.
+``run_calls`` runs several calls back to back (scratch and semaphores carry over), as the executor does.
 """
 import random
 from collections import defaultdict
@@ -50,10 +51,11 @@ class _Geometry:
 
 class _Machine:
     """Calls of one plan back to back on every rank. Scratch (an LL plan's: the packet half of the call's parity)
-    and semaphores persist across calls; each call has its own input and output buffers (a put reaches the peer's buffers of the same call, as the prologue's
-    exchange of call buffers gives). A rank runs call c + 1 only after all its blocks of call c ended (stream
-    order); a plan with puts or gets first runs the executor's entry barrier on every rank (a signal to every
-    peer, then a wait for every peer, on memory channel index 0) before its blocks start."""
+    and semaphores persist across calls; each call has its own input and output buffers (a put reaches the
+    peer's buffers of the same call, as the prologue's exchange of call buffers gives). A rank runs call c + 1
+    only after all its blocks of call c ended (stream order); a plan with puts or gets first runs the executor's
+    entry barrier on every rank (a signal to every peer, then a wait for every peer, on memory channel index 0)
+    before its blocks start."""
 
     def __init__(self, plan: dict, n: int, calls: List[List[List[int]]], op: str):
         self.plan, self.geo, self.reduce = plan, _Geometry(plan, n), REDUCERS[op]
