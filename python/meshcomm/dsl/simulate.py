@@ -162,10 +162,9 @@ class _Machine:
             self.barrier_seen[(self.call, r, tb, members)] += 1
         return True  # flush: puts complete at once here
 
-    def entry_barrier(self, r: int) -> List[dict]:
+    def entry_barrier(self, r: int, puts_or_gets: bool) -> List[dict]:
         """The executor's prologue round for plans that put or get (plan_peer_buffers.cuh); none otherwise."""
-        ops = [op for rank in self.plan["ranks"] for tb in rank["threadblocks"] for op in tb["ops"]]
-        if not any(op["op"] in ("put", "get") for op in ops):
+        if not puts_or_gets:
             return []
         peers = [p for p in range(self.plan["num_ranks"]) if p != r]
         ch = [{"type": "memory", "peer": p, "index": 0} for p in peers]
@@ -175,20 +174,26 @@ class _Machine:
         """Greedy (each task as far as it can, in order) without rng; one random runnable op at a time with it.
         Tasks: (call, rank, -1) the entry barrier, (call, rank, block) the blocks. A blocked op may be retried:
         step() changes nothing until it proceeds (a barrier records its arrival once)."""
+        ranks = self.plan["ranks"]
+        puts_or_gets = any(op["op"] in ("put", "get") for rank in ranks for tb in rank["threadblocks"]
+                           for op in tb["ops"])
         ops = {}
         for c in range(len(self.bufs)):
-            for r, rank in enumerate(self.plan["ranks"]):
-                ops[(c, r, -1)] = self.entry_barrier(r)
+            for r, rank in enumerate(ranks):
+                ops[(c, r, -1)] = self.entry_barrier(r, puts_or_gets)
                 for tb in rank["threadblocks"]:
                     ops[(c, r, tb["id"])] = tb["ops"]
         pcs = {k: 0 for k in ops}
+        tasks_of = defaultdict(list)  # (call, rank) -> its tasks
+        for k in ops:
+            tasks_of[k[:2]].append(k)
 
         def done(k):
             return pcs[k] == len(ops[k])
 
         def may_start(k):
             c, r, tb = k
-            if c > 0 and not all(done(j) for j in ops if j[0] == c - 1 and j[1] == r):
+            if c > 0 and not all(done(j) for j in tasks_of[(c - 1, r)]):
                 return False  # stream order: the rank's previous call has ended
             return tb < 0 or done((c, r, -1))
 
