@@ -33,6 +33,15 @@ MESHCOMM_HOST_DEVICE_INLINE uint64_t packsOf(uint64_t bytes) {
   return ceilDiv(bytes, kPackBytes);
 }
 
+// Scratch tiles hold whole multiples of this many packs (1 KiB) when they can, so that every tile, and
+// every warp's 512-byte store run inside it, starts on a 128-byte line: a tile size that is not (e.g. the
+// scratch divided by a block count that is not a power of two) splits each run over partial lines and
+// costs NVLink bandwidth (on 4x H200 a 1 GiB pipelined allreduce lost 9% with tiles of scratch / 42).
+constexpr uint64_t kTileAlignPacks = 64;
+MESHCOMM_HOST_DEVICE_INLINE uint64_t alignTilePacks(uint64_t packs) {
+  return packs >= kTileAlignPacks ? packs / kTileAlignPacks * kTileAlignPacks : packs;
+}
+
 // Widest access a pointer allows: 16, 8, 4 or 1 (bytes). Packs sit at 16-byte offsets from a buffer's
 // start, so one pointer's class holds for all of its packs; it is uniform across threads (no divergence).
 MESHCOMM_HOST_DEVICE_INLINE uint32_t alignClass(const void* p) {

@@ -253,7 +253,8 @@ class PipelineReductionAlgorithm : public ReductionAlgorithm {
     const uint64_t perBlock = ceilDiv(PipeSegments<M>(n, a.bytes, a.root).maxPacks(), c.nBlocks);
     const uint64_t maxTile = maxTilePacks(c.nBlocks);
     a.tilePacks = std::min(maxTile, std::max(kMinTilePacks, ceilDiv(perBlock, kTargetRounds)));
-    a.tilePacks = std::max<uint64_t>(1, std::min(a.tilePacks, std::max<uint64_t>(perBlock, 1)));
+    a.tilePacks =
+        std::max<uint64_t>(1, std::min(alignTilePacks(a.tilePacks), std::max<uint64_t>(perBlock, 1)));
     a.nRounds = static_cast<uint32_t>(std::max<uint64_t>(1, ceilDiv(perBlock, a.tilePacks)));
     dispatch(args, [&](auto tag) {
       using Tag = decltype(tag);
