@@ -6,7 +6,6 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <thread>
 
 #include "ep/ep_kernels.cuh"
 #include "ep/network_channels.hpp"
@@ -14,6 +13,7 @@
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
+#include "meshcomm/host_poll.hpp"
 
 namespace meshcomm::ep {
 
@@ -206,17 +206,17 @@ void EpBuffer::dispatchSend(const DispatchInputs& in, const Shape& shape, cudaSt
 
 ReceiveCounts EpBuffer::waitReceiveCounts(double timeoutSec) {
   const auto* counts = static_cast<const volatile HostCounts*>(impl_->hostCounts_.host());
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(1);
+  // The counts come tens of microseconds after the send kernel starts: spin first (HostPoll), so that the
+  // receive kernel, which the caller launches once it has the counts, is not held back by a sleep.
+  HostPoll poll;
   while (counts->tag != impl_->sends_) {
     impl_->checkError();  // a peer that never sends its counts is a device timeout
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > timeoutSec) {
+    if (std::chrono::duration<double>(poll.elapsed()).count() > timeoutSec) {
       MESHCOMM_THROW(ErrorCode::Timeout, "rank ", impl_->rank_,
                      ": dispatch: the receive counts did not arrive within ", timeoutSec,
                      " s (a peer may be missing this dispatch)");
     }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(200)) pause *= 2;
+    poll.pause();
   }
   std::atomic_thread_fence(std::memory_order_acquire);
   // The send kernel reports a receive that does not fit (it then writes nothing) before it publishes the tag.

@@ -5,8 +5,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
-#include <thread>
-
+#include "meshcomm/host_poll.hpp"
 #include "op_stream.hpp"
 
 namespace meshcomm::torch_backend {
@@ -22,15 +21,11 @@ bool eventDone(cudaEvent_t event) {
 bool waitOnHost(CommState& state, const WorkEnd& end, std::chrono::milliseconds timeout) {
   c10::cuda::CUDAGuard guard(state.device);
   if (end.captured || capturing(c10::cuda::getCurrentCUDAStream(state.device.index()).stream())) return true;
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::microseconds(1);
+  HostPoll poll(std::chrono::microseconds(1000), std::chrono::microseconds(1000));
   while (!eventDone(end.event.get())) {
     state.checkDeviceError();
-    if (timeout > std::chrono::milliseconds(0) && std::chrono::steady_clock::now() - start > timeout) {
-      return false;
-    }
-    std::this_thread::sleep_for(pause);
-    if (pause < std::chrono::microseconds(1000)) pause *= 2;
+    if (timeout > std::chrono::milliseconds(0) && poll.elapsed() > timeout) return false;
+    poll.pause();
   }
   return true;
 }
