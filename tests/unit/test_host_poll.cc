@@ -9,8 +9,8 @@ namespace {
 
 using std::chrono::microseconds;
 
-// Past the hot window every round sleeps, the nap doubling from 1 us up to maxNap: five rounds with maxNap 8 us
-// sleep at least 1 + 2 + 4 + 8 + 8 us (a sleep never ends early).
+// Past the hot window every round sleeps, the nap doubling from 1 us up to maxNap: five rounds with maxNap 8
+// us sleep at least 1 + 2 + 4 + 8 + 8 us (a sleep never ends early).
 TEST(HostPoll, NapsDoubleUpToTheMaximumAfterTheHotWindow) {
   HostPoll poll(microseconds(0), microseconds(8));
   for (int i = 0; i < 5; ++i) poll.pause();
@@ -18,7 +18,8 @@ TEST(HostPoll, NapsDoubleUpToTheMaximumAfterTheHotWindow) {
 }
 
 // Inside the hot window a round is one pause instruction: 100000 rounds take milliseconds, where as many naps
-// would take seconds (each lasts at least Linux's 50 us timer slack; the bound leaves room for a loaded host).
+// would take seconds (each lasts at least Linux's 50 us timer slack; the bound leaves room for a loaded
+// host).
 TEST(HostPoll, SpinsWithoutSleepingInsideTheHotWindow) {
   HostPoll poll(std::chrono::seconds(60), microseconds(200));
   for (int i = 0; i < 100000; ++i) poll.pause();
