@@ -33,8 +33,8 @@ except ImportError as e:  # a meshcomm built without torch
 
 topk_idx_t = torch.int64  # dtype of every topk_idx (DeepEP's default)
 
-_CPU_TIMEOUT_S = 100.0
-_LOW_LATENCY_BLOCKS = 32  # the low-latency kernels' launch size (one warp per destination expert per pass)  # the host's wait for a dispatch's receive count (DeepEP's NUM_CPU_TIMEOUT_SECS)
+_CPU_TIMEOUT_S = 100.0  # the host's wait for a dispatch's receive count (DeepEP's NUM_CPU_TIMEOUT_SECS)
+_LOW_LATENCY_BLOCKS = 32  # the low-latency kernels' launch size (one warp per destination expert per pass)
 
 Handle = Tuple[torch.Tensor, None, None, torch.Tensor, torch.Tensor, None]
 
