@@ -15,6 +15,16 @@
 
 namespace meshcomm {
 
+// One spin-wait round's hint to the core (x86 pause, arm64 yield): a polling thread yields the pipeline to
+// its sibling hyperthread and leaves the spin loop quickly once the polled word changes.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
 class HostPoll {
  public:
   using Clock = std::chrono::steady_clock;
@@ -26,7 +36,7 @@ class HostPoll {
   // One unsuccessful round: a pause instruction inside the hot window, a nap after it.
   void pause() {
     if (Clock::now() - start_ < hot_) {
-      relax();
+      cpuRelax();
       return;
     }
     std::this_thread::sleep_for(nap_);
@@ -37,14 +47,6 @@ class HostPoll {
   Clock::duration elapsed() const { return Clock::now() - start_; }
 
  private:
-  static void relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    asm volatile("yield" ::: "memory");
-#endif
-  }
-
   Clock::time_point start_;
   std::chrono::microseconds hot_;
   std::chrono::microseconds maxNap_;

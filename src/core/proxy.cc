@@ -27,6 +27,7 @@
 #include "core/proxy_trigger.hpp"
 #include "meshcomm/env.hpp"
 #include "meshcomm/errors.hpp"
+#include "meshcomm/host_poll.hpp"
 #include "transport/transport_common.hpp"
 
 namespace meshcomm {
@@ -38,14 +39,6 @@ constexpr auto kHotSpin = std::chrono::microseconds(100);
 constexpr auto kNap = std::chrono::microseconds(10);
 // Triggers served before the proxy also looks at pending flushes.
 constexpr int kTriggerBatch = 64;
-
-inline void cpuRelax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#elif defined(__aarch64__)
-  asm volatile("yield" ::: "memory");
-#endif
-}
 
 // Keeps the proxy hot while work flows and frees the core once it stops: spins for kHotSpin after the last
 // work, then naps kNap per round (the first trigger after a long idle period waits at most about one nap).
