@@ -79,17 +79,19 @@ class LowLatencyBuffer::Impl {
   template <typename Launch>
   uint64_t run(Tickets& tickets, const LowLatencyShape& s, const char* op, int phases, uint64_t ticket,
                Launch&& launch) {
+    MESHCOMM_REQUIRE(phases >= kLowLatencySend && phases <= kLowLatencyBoth, "rank ", rank_, ": ", op,
+                     ": phases ", phases, " (send 1, receive 2, both 3)");
     CudaDeviceGuard guard(comm_.cudaDevice());
+    LowLatencyView v;
     if (phases & kLowLatencySend) {
-      const LowLatencyView v = viewFor(s, op, tickets.sent + 1);  // checks the shape before taking a ticket
+      v = viewFor(s, op, tickets.sent + 1);  // checks the shape before taking a ticket
       ticket = tickets.send(rank_, op);
-      launch(v, kLowLatencySend);
     }
     if (phases & kLowLatencyReceive) {
-      const LowLatencyView v = viewFor(s, op, ticket);
+      v = viewFor(s, op, ticket);
       tickets.receive(rank_, op, ticket);
-      launch(v, kLowLatencyReceive);
     }
+    launch(v, phases);  // both phases in one launch: blocks that finish sending start receiving
     return ticket;
   }
 

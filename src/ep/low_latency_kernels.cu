@@ -24,6 +24,10 @@ constexpr float kFp8Max = 448.0f;
 constexpr float kFp8MaxInv = 1.0f / 448.0f;
 constexpr float kAmaxFloor = 1e-4f;
 constexpr int kLoadsInFlight = 8;  // loads a lane issues before using the first (combine receive, FP8 cast)
+constexpr int kRowLoadsInFlight =
+    16;                            // 16-byte loads a lane issues before its first store, a warp copying a row
+constexpr int kChunkTokens = 128;  // tokens whose top-k a dispatch send block holds in shared memory at once
+constexpr int kMaxTopk = 32;       // LowLatencyShape::topk's bound
 
 __device__ __forceinline__ uint64_t* word(char* region, uint64_t offset, int index) {
   return reinterpret_cast<uint64_t*>(region + offset) + index;
@@ -145,68 +149,100 @@ __device__ __forceinline__ uint32_t ue8m0Of(float scaleInv) {
 
 }  // namespace
 
-// Send: one warp per destination expert scans the tokens in order and writes each selected token's message
-// into slot n of [el][me] in the expert's rank, then publishes epoch << 32 | n. Receive: one block per local
-// expert acquires the R count words of this epoch and copies the messages out into DeepEP's layouts.
+// Send: block b owns the experts b, b + B, b + 2B, ... (B blocks), taken kWarps at a time. Per chunk of
+// tokens the block holds their top-k in shared memory; warp w lists, in token order, the tokens that chose
+// expert w of the group (a ballot per 32 tokens), then all warps of the block share the group's messages:
+// message i of an expert goes to slot n of [el][me] in the expert's rank. After the last chunk the block
+// publishes each expert's epoch << 32 | n.
 __global__ void __launch_bounds__(kThreads, 1)
     dispatch(LowLatencyView v, LowLatencyDispatchArgs a, LowLatencyShape s, int phase) {
-  const int R = v.size, me = v.rank, El = s.numExperts / R, M = s.maxTokens, H = s.hidden;
-  const int lane = threadIdx.x % 32;
+  const int R = v.size, me = v.rank, El = s.numExperts / R, M = s.maxTokens, H = s.hidden, K = s.topk;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const LowLatencyLayout& L = v.layout;
-  if (phase == kLowLatencySend) {
-    const uint64_t e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
+  uint64_t e;
+  if (phase & kLowLatencySend) {
+    e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
     if (blockIdx.x == 0 && threadIdx.x == 0) v.pending[v.slot] = e;
     const uint64_t half = e & 1;
-    const int warps = gridDim.x * kWarps;
-    for (int ex = blockIdx.x * kWarps + threadIdx.x / 32; ex < s.numExperts; ex += warps) {
-      const int d = ex / El, el = ex % El;
-      bool ok = true;
-      if (lane == 0) ok = awaitCredit(v, L.dispatchCredits, d, e, DeviceOp::EpDispatchWait);
-      ok = __shfl_sync(0xffffffffu, ok, 0);
-      char* slots = v.regions[d] + L.messages + half * L.messagesHalf +
-                    (static_cast<uint64_t>(el) * R + me) * M * L.messageStride;
-      uint32_t n = 0;
-      for (int base = 0; ok && base < a.tokens; base += 32) {
-        const int t = base + lane;
-        bool selected = false;
-        if (t < a.tokens) {
-          for (int k = 0; k < s.topk; ++k) {
-            const int64_t idx = a.topkIdx[static_cast<int64_t>(t) * s.topk + k];
-            selected |= idx == ex;
-            if (ex == 0 && (idx < -1 || idx >= s.numExperts))
-              device::reportTimeout(v.spin[me], DeviceOp::EpBadExpert, s.numExperts,
-                                    static_cast<uint64_t>(idx), 0);
-          }
+    __shared__ int16_t chosen[kChunkTokens * kMaxTopk];  // the chunk's top-k, -1 for none
+    __shared__ int32_t listed[kWarps][kChunkTokens];     // per expert of the group: its tokens, in order
+    __shared__ int32_t count[kWarps], sent[kWarps];      // this chunk's tokens, all chunks' before it
+    __shared__ bool ok;
+    if (threadIdx.x == 0) ok = true;
+    __syncthreads();
+    if (threadIdx.x < R && !awaitCredit(v, L.dispatchCredits, threadIdx.x, e, DeviceOp::EpDispatchWait))
+      ok = false;
+    __syncthreads();
+    const int B = gridDim.x;
+    for (int first = blockIdx.x; first < s.numExperts; first += kWarps * B) {
+      const int ex = first + warp * B;  // this warp's expert of the group (none when >= E)
+      if (lane == 0) sent[warp] = 0;
+      for (int c0 = 0; ok && c0 < a.tokens; c0 += kChunkTokens) {
+        const int ct = min(kChunkTokens, a.tokens - c0);
+        __syncthreads();  // the previous chunk's lists are consumed
+        for (int i = threadIdx.x; i < ct * K; i += blockDim.x) {
+          const int64_t idx = a.topkIdx[static_cast<int64_t>(c0) * K + i];
+          const bool valid = idx >= -1 && idx < s.numExperts;
+          if (!valid && blockIdx.x == 0 && first == 0)
+            device::reportTimeout(v.spin[me], DeviceOp::EpBadExpert, s.numExperts, static_cast<uint64_t>(idx),
+                                  0);
+          chosen[i] = valid ? static_cast<int16_t>(idx) : int16_t{-1};
         }
-        uint32_t mask = __ballot_sync(0xffffffffu, selected);
-        while (mask) {
-          const int token = base + __ffs(mask) - 1;
-          mask &= mask - 1;
-          char* msg = slots + static_cast<uint64_t>(n) * L.messageStride;
+        __syncthreads();
+        int n = 0;
+        for (int tb = 0; ex < s.numExperts && tb < ct; tb += 32) {
+          const int t = tb + lane;
+          bool selected = false;
+          for (int k = 0; t < ct && k < K; ++k) selected |= chosen[t * K + k] == ex;
+          const uint32_t mask = __ballot_sync(0xffffffffu, selected);
+          if (selected) listed[warp][n + __popc(mask & ((1u << lane) - 1))] = c0 + t;
+          n += __popc(mask);
+        }
+        if (lane == 0) count[warp] = n;
+        __syncthreads();
+        // The group's messages, numbered expert by expert; each warp takes every kWarps-th.
+        const int mine = lane < kWarps ? count[lane] : 0;
+        int upTo = mine;  // inclusive prefix over the group's experts
+#pragma unroll
+        for (int o = 1; o < kWarps; o <<= 1) {
+          const int other = __shfl_up_sync(0xffffffffu, upTo, o);
+          if (lane >= o) upTo += other;
+        }
+        const int total = __shfl_sync(0xffffffffu, upTo, kWarps - 1);
+        for (int m = warp; m < total; m += kWarps) {
+          const int w = __popc(__ballot_sync(0xffffffffu, lane < kWarps && upTo <= m));
+          const int before = __shfl_sync(0xffffffffu, upTo - mine, w);
+          const int token = listed[w][m - before];
+          const int gex = first + w * B, d = gex / El, el = gex % El;
+          char* msg = v.regions[d] + L.messages + half * L.messagesHalf +
+                      ((static_cast<uint64_t>(el) * R + me) * M + sent[w] + (m - before)) * L.messageStride;
           if (lane == 0) *reinterpret_cast<int32_t*>(msg) = token;
           const auto* row = static_cast<const __nv_bfloat16*>(a.x) + static_cast<int64_t>(token) * H;
           if (a.fp8) {
             castToFp8(row, msg + 16, H, a.roundScale, lane);
           } else {
-            device::copy(msg + 16, row, 2ull * H, lane, 32);
+            device::copy<kRowLoadsInFlight>(msg + 16, row, 2ull * H, lane, 32);
           }
-          ++n;
         }
+        __syncthreads();  // every warp has read sent[] of this chunk
+        if (lane == 0) sent[warp] += n;
       }
       __threadfence_system();
-      __syncwarp();
-      if (lane == 0 && ok) {
+      __syncthreads();
+      if (lane == 0 && ex < s.numExperts && ok) {
+        const int d = ex / El, el = ex % El;
         device::storeReleaseSys(
             word(v.regions[d], L.dispatchCounts, static_cast<int>(half) * kMaxExperts + el * R + me),
-            (e << 32) | n);
+            (e << 32) | static_cast<uint32_t>(sent[warp]));
       }
     }
     endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
-    return;
+    if (!(phase & kLowLatencyReceive)) return;
+  } else {
+    e = v.pending[v.slot];
   }
 
-  // Receive.
-  const uint64_t e = v.pending[v.slot];
+  // Receive (in the same launch as the send with kLowLatencyBoth: every block is resident).
   const uint64_t half = e & 1;
   const int64_t RM = static_cast<int64_t>(R) * M;
   __shared__ int32_t count[kMaxRanks], begin[kMaxRanks + 1];
@@ -248,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int64_t row = el * RM + i;
       if (lane == 0) a.srcInfo[row] = *reinterpret_cast<const int32_t*>(msg);
       if (a.fp8) {
-        device::copy(static_cast<char*>(a.recvX) + row * H, msg + 16, H, lane, 32);
+        device::copy<kRowLoadsInFlight>(static_cast<char*>(a.recvX) + row * H, msg + 16, H, lane, 32);
         const auto* scales = reinterpret_cast<const float*>(msg + 16 + H);
         const int groups = H / 128;
         if (a.ue8m0) {
@@ -263,7 +299,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             static_cast<float*>(a.recvScales)[(static_cast<int64_t>(el) * groups + g) * RM + i] = scales[g];
         }
       } else {
-        device::copy(static_cast<char*>(a.recvX) + row * 2 * H, msg + 16, 2ull * H, lane, 32);
+        device::copy<kRowLoadsInFlight>(static_cast<char*>(a.recvX) + row * 2 * H, msg + 16, 2ull * H, lane,
+                                        32);
       }
     }
     __syncthreads();
@@ -273,15 +310,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // Send: one block per local expert returns each received row to its source rank, at [global expert][token] in
 // the source's half, then publishes the epoch in the source's ready word of that expert. Receive: every block
-// acquires the E ready words of this epoch; one warp per token sums its top-k rows, weighted, in fp32.
+// acquires the E ready words of this epoch; one warp per (token, slice of H) sums its top-k rows, weighted,
+// in fp32. With both phases in one launch, a block that has sent goes on to receive.
 __global__ void __launch_bounds__(kThreads, 1)
     combine(LowLatencyView v, LowLatencyCombineArgs a, LowLatencyShape s, int phase) {
   const int R = v.size, me = v.rank, El = s.numExperts / R, M = s.maxTokens, H = s.hidden;
   const int lane = threadIdx.x % 32;
   const LowLatencyLayout& L = v.layout;
   const uint64_t rowBytes = 2ull * H;
-  if (phase == kLowLatencySend) {
-    const uint64_t e = beginEpoch(v.combineEpoch, v.combineStarted);
+  uint64_t e;
+  if (phase & kLowLatencySend) {
+    e = beginEpoch(v.combineEpoch, v.combineStarted);
     if (blockIdx.x == 0 && threadIdx.x == 0) v.pending[2 + v.slot] = e;
     const uint64_t half = e & 1;
     const int64_t RM = static_cast<int64_t>(R) * M;
@@ -306,7 +345,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         char* dst =
             v.regions[j] + L.rows + half * L.rowsHalf + (static_cast<uint64_t>(ex) * M + t) * rowBytes;
-        device::copy(dst, static_cast<const char*>(a.y) + (el * RM + i) * rowBytes, rowBytes, lane, 32);
+        device::copy<kRowLoadsInFlight>(dst, static_cast<const char*>(a.y) + (el * RM + i) * rowBytes,
+                                        rowBytes, lane, 32);
       }
       __threadfence_system();
       __syncthreads();
@@ -316,11 +356,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     endEpoch(e, v.combineEpoch, v.combineStarted);
-    return;
+    if (!(phase & kLowLatencyReceive)) return;
+  } else {
+    e = v.pending[2 + v.slot];
   }
 
-  // Receive.
-  const uint64_t e = v.pending[2 + v.slot];
+  // Receive (in the same launch as the send with kLowLatencyBoth: every block is resident).
   const uint64_t half = e & 1;
   __shared__ bool ready;
   if (threadIdx.x == 0) ready = true;
@@ -336,7 +377,13 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   const char* rowsHalf = v.regions[me] + L.rows + half * L.rowsHalf;
-  for (int t = blockIdx.x * kWarps + threadIdx.x / 32; ready && t < a.tokens; t += gridDim.x * kWarps) {
+  // A warp sums one slice of a token's hidden dimension: the grid's warps are spread over tokens x slices.
+  const int warps = gridDim.x * kWarps, spans = (H + 255) / 256;
+  const int slices = a.tokens > 0 ? max(1, min(spans, warps / a.tokens)) : 1;
+  const int spansPerSlice = (spans + slices - 1) / slices;
+  for (int item = blockIdx.x * kWarps + threadIdx.x / 32; ready && item < a.tokens * slices; item += warps) {
+    const int t = item / slices, h0 = (item % slices) * spansPerSlice * 256;
+    const int h1 = min(H, h0 + spansPerSlice * 256);
     // Lane k holds the token's k-th expert and weight (-1: none); the rows' loads of up to kLoadsInFlight
     // experts are issued before any is summed.
     int64_t myEx = -1;
@@ -347,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (myEx < 0 || myEx >= s.numExperts) myEx = -1;
     }
     const char* rowOf = rowsHalf + static_cast<uint64_t>(t) * rowBytes;  // + ex * M * rowBytes
-    for (int h = lane * 8; h < H; h += 32 * 8) {
+    for (int h = h0 + lane * 8; h < h1; h += 32 * 8) {
       float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
       for (int k0 = 0; k0 < s.topk; k0 += kLoadsInFlight) {
         uint4 packed[kLoadsInFlight];

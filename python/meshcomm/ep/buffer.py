@@ -455,7 +455,7 @@ class Buffer:
         if async_finish and return_recv_hook:
             raise ValueError(f"meshcomm.ep.Buffer: rank {self.rank}: {op}: async_finish and return_recv_hook exclude each other")
         compute = torch.cuda.current_stream()
-        if return_recv_hook:
+        if not async_finish:  # the caller's stream would wait for the kernels anyway: launch them there
             return compute, compute
         self._comm_stream.wait_stream(compute)
         return compute, self._comm_stream
