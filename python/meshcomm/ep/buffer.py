@@ -34,7 +34,7 @@ except ImportError as e:  # a meshcomm built without torch
 topk_idx_t = torch.int64  # dtype of every topk_idx (DeepEP's default)
 
 _CPU_TIMEOUT_S = 100.0  # the host's wait for a dispatch's receive count (DeepEP's NUM_CPU_TIMEOUT_SECS)
-_LOW_LATENCY_BLOCKS = 32  # the low-latency kernels' launch size (one warp per destination expert per pass)
+_LOW_LATENCY_BLOCKS = 64  # the low-latency kernels' launch size (every block resident: 1 of 2 SMs on H100)
 
 Handle = Tuple[torch.Tensor, None, None, torch.Tensor, torch.Tensor, None]
 
