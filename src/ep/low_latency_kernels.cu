@@ -61,6 +61,17 @@ __device__ bool awaitCredit(const LowLatencyView& v, uint64_t credits, int peer,
       [&](uint64_t c) { return device::reached(c, e - 2); }, v.spin[peer], op, e - 2, seen, nullptr);
 }
 
+// Block-wide: every peer's credit for the half this epoch reuses (threads < R wait, one peer each); true for
+// the whole block only when all arrived.
+__device__ bool awaitAllCredits(const LowLatencyView& v, uint64_t credits, uint64_t e, DeviceOp op) {
+  __shared__ bool ok;
+  if (threadIdx.x == 0) ok = true;
+  __syncthreads();
+  if (threadIdx.x < v.size && !awaitCredit(v, credits, threadIdx.x, e, op)) ok = false;
+  __syncthreads();
+  return ok;
+}
+
 // The last block to finish a receive phase stores the credit `e` for its half into every peer's region (the
 // receives of the two halves may run in either order, even concurrently: each half counts its own blocks).
 __device__ void finishReceive(const LowLatencyView& v, int op, uint64_t credits, uint64_t e) {
@@ -167,12 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __shared__ int16_t chosen[kChunkTokens * kMaxTopk];  // the chunk's top-k, -1 for none
     __shared__ int32_t listed[kWarps][kChunkTokens];     // per expert of the group: its tokens, in order
     __shared__ int32_t count[kWarps], sent[kWarps];      // this chunk's tokens, all chunks' before it
-    __shared__ bool ok;
-    if (threadIdx.x == 0) ok = true;
-    __syncthreads();
-    if (threadIdx.x < R && !awaitCredit(v, L.dispatchCredits, threadIdx.x, e, DeviceOp::EpDispatchWait))
-      ok = false;
-    __syncthreads();
+    const bool ok = awaitAllCredits(v, L.dispatchCredits, e, DeviceOp::EpDispatchWait);
     const int B = gridDim.x;
     for (int first = blockIdx.x; first < s.numExperts; first += kWarps * B) {
       const int ex = first + warp * B;  // this warp's expert of the group (none when >= E)
@@ -324,12 +330,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (blockIdx.x == 0 && threadIdx.x == 0) v.pending[2 + v.slot] = e;
     const uint64_t half = e & 1;
     const int64_t RM = static_cast<int64_t>(R) * M;
-    __shared__ bool ok;
-    if (threadIdx.x == 0) ok = true;
-    __syncthreads();
-    if (threadIdx.x < R && !awaitCredit(v, L.combineCredits, threadIdx.x, e, DeviceOp::EpCombineWait))
-      ok = false;
-    __syncthreads();
+    const bool ok = awaitAllCredits(v, L.combineCredits, e, DeviceOp::EpCombineWait);
     for (int el = blockIdx.x; el < El; el += gridDim.x) {
       const int ex = me * El + el;
       const int64_t last = a.layoutRange[el * R + R - 1];
