@@ -48,7 +48,7 @@ struct PlanLaunch {
   char* const* peerBuffers;   // [kPlanBuffers][nRanks]: every rank's input, output, scratch as mapped here
   char* local[kPlanBuffers];  // this rank's input, output, scratch
   uint64_t n;                 // elements per unit
-  uint64_t chunkElems;        // c = ceil(n / chunksPerUnit)
+  uint64_t chunkElems;        // c = chunkElems(plan, n, elemBytes) (plan_facts.hpp)
   uint64_t chunksPerUnit;
   uint32_t elemBytes;
   uint64_t packetOffset;      // LL: the plan's packet region in every rank's packet buffer

@@ -215,7 +215,7 @@ std::string PlanAlgorithm::unsupportedReason(const CollectiveArgs& args, const C
   if (s.facts.reduces && op != ReduceOp::Sum && op != ReduceOp::Prod && op != ReduceOp::Min &&
       op != ReduceOp::Max)
     return std::string("plans reduce with sum, prod, min or max, not ") + reduceOpName(op);
-  const uint64_t chunk = (args.count + p.chunksPerUnit - 1) / p.chunksPerUnit * elem;
+  const uint64_t chunk = plan::chunkElems(p, args.count, elem) * elem;
   uint64_t scratch = 0;
   if (p.protocol == plan::Protocol::Simple &&
       (__builtin_mul_overflow(chunk, s.facts.maxScratchChunks, &scratch) || scratch > s.scratchBytes))
@@ -260,7 +260,7 @@ void PlanAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,
       nullptr;  // bufferOf() takes the own scratch from the table
   a.n = args.count;
   a.chunksPerUnit = p.chunksPerUnit;
-  a.chunkElems = (args.count + p.chunksPerUnit - 1) / p.chunksPerUnit;
+  a.chunkElems = plan::chunkElems(p, args.count, elemBytes);
   a.elemBytes = elemBytes;
   a.packetOffset = s.packetOffset;
   a.packetHalfBytes = s.facts.packetRegionBytes / 2;

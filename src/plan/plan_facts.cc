@@ -52,6 +52,13 @@ std::pair<uint64_t, uint64_t> collectiveUnits(const Plan& p) {
   }
 }
 
+uint64_t chunkElems(const Plan& plan, uint64_t n, uint64_t elemBytes) {
+  const uint64_t c = (n + plan.chunksPerUnit - 1) / plan.chunksPerUnit;
+  if (plan.protocol != Protocol::Simple || elemBytes == 0 || kChunkLineBytes % elemBytes != 0) return c;
+  const uint64_t line = kChunkLineBytes / elemBytes;
+  return (c + line - 1) / line * line;
+}
+
 PlanFacts analyzePlan(const Plan& p, int channelsPerPeer, int smCount, int maxThreads) {
   PlanFacts f;
   if (p.numThreadsPerBlock > maxThreads)

@@ -26,6 +26,13 @@ struct PlanFacts {
 // allgather 1, R; reduce-scatter R, 1; alltoall R, R.
 std::pair<uint64_t, uint64_t> collectiveUnits(const Plan& plan);
 
+// Elements per chunk of a call with n elements per unit (docs/dsl.md, "Chunk geometry"): ceil(n / chunks per
+// unit), for Simple plans rounded up to whole kChunkLineBytes lines so every chunk and scratch slot starts on
+// a line (the 16-byte vector path of the copies and reductions; whole lines). LL chunks stay exact: their
+// packet region is sized for ceil(max_message_size / chunks per unit). Any c >= ceil(n / U) tiles a unit.
+constexpr uint64_t kChunkLineBytes = 128;
+uint64_t chunkElems(const Plan& plan, uint64_t n, uint64_t elemBytes);
+
 // channelsPerPeer, smCount, maxThreads: the communicator's channel grid, the GPU's multiprocessors (0:
 // unknown) and the executor's largest block.
 PlanFacts analyzePlan(const Plan& plan, int channelsPerPeer, int smCount, int maxThreads);

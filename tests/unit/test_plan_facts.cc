@@ -66,6 +66,22 @@ TEST(PlanFacts, AnLLPlanWithoutABoundedSizeIsRefused) {
   EXPECT_NE(analyzePlan(ll, 8, 132, 512).reason.find("overflows"), std::string::npos);
 }
 
+TEST(PlanFacts, SimpleChunksStartOnWholeLinesAndLLChunksStayExact) {
+  Plan simple = golden("reduce_scatter_fullmesh");
+  simple.chunksPerUnit = 12;
+  EXPECT_EQ(chunkElems(simple, 1003, 4), 96u);     // ceil(1003 / 12) = 84 floats, rounded to 32-float lines
+  EXPECT_EQ(chunkElems(simple, 1003, 8), 96u);     // 16-double lines
+  EXPECT_EQ(chunkElems(simple, 1003, 2), 128u);    // 64-half lines
+  EXPECT_EQ(chunkElems(simple, 12 * 64, 4), 64u);  // already whole lines: unchanged
+  EXPECT_EQ(chunkElems(simple, 1, 4), 32u);
+  EXPECT_EQ(chunkElems(simple, 0, 4), 0u);
+  for (uint64_t elem : {1u, 2u, 4u, 8u})
+    EXPECT_EQ(chunkElems(simple, 4194304 + 7, elem) * elem % kChunkLineBytes, 0u) << elem;
+  Plan ll = golden("allreduce_allpairs_ll");
+  ll.chunksPerUnit = 12;
+  EXPECT_EQ(chunkElems(ll, 1003, 4), 84u);
+}
+
 TEST(PlanFacts, ChunkCountsMustBeTheCollectives) {
   Plan p = golden("allgather_fullmesh");
   p.outputChunks = p.inputChunks;  // an allgather's output holds every rank's unit

@@ -24,12 +24,16 @@ REDUCERS: Dict[str, Callable[[int, int], int]] = {"sum": lambda a, b: a + b, "ma
 
 
 class _Geometry:
-    """Element ranges of chunk references for n elements per unit."""
+    """Element ranges of chunk references for n elements per unit. ``line``: a Simple plan's chunk is rounded up
+    to a multiple of it (the executor rounds to 128-byte lines, 32 float32 elements; any c >= ceil(n / U) tiles
+    a unit, so a correct program is correct for every line)."""
 
-    def __init__(self, plan: dict, n: int):
+    def __init__(self, plan: dict, n: int, line: int = 1):
         self.u = plan["chunks_per_unit"]
         self.n = n
         self.c = -(-n // self.u)
+        if plan["protocol"] == "Simple":
+            self.c = -(-self.c // line) * line
 
     def data_range(self, index: int, size: int) -> Tuple[int, int]:
         def start(k):
@@ -57,8 +61,8 @@ class _Machine:
     entry barrier on every rank (a signal to every peer, then a wait for every peer, on memory channel index 0)
     before its blocks start."""
 
-    def __init__(self, plan: dict, n: int, calls: List[List[List[int]]], op: str):
-        self.plan, self.geo, self.reduce = plan, _Geometry(plan, n), REDUCERS[op]
+    def __init__(self, plan: dict, n: int, calls: List[List[List[int]]], op: str, line: int = 1):
+        self.plan, self.geo, self.reduce = plan, _Geometry(plan, n, line), REDUCERS[op]
         R = plan["num_ranks"]
         in_units, out_units = units(plan["collective"], R)
         # An LL plan's scratch is its packet region, whose halves alternate by call (the launch epoch's parity).
@@ -221,18 +225,19 @@ class _Machine:
 
 
 def run_plan(plan: dict, n: int, inputs: List[List[int]], op: str = "sum",
-             seed: Optional[int] = None) -> List[list]:
+             seed: Optional[int] = None, line: int = 1) -> List[list]:
     """Every rank's output buffer after one call with n elements per unit (docs/dsl.md, chunk geometry); in place
-    the one buffer (``output_view`` cuts the caller's output from it). ``seed``: a random interleaving."""
-    return run_calls(plan, n, [inputs], op, seed)[0]
+    the one buffer (``output_view`` cuts the caller's output from it). ``seed``: a random interleaving;
+    ``line``: a Simple plan's chunks rounded up to a multiple of it, as the executor rounds them."""
+    return run_calls(plan, n, [inputs], op, seed, line)[0]
 
 
 def run_calls(plan: dict, n: int, calls: List[List[List[int]]], op: str = "sum",
-              seed: Optional[int] = None) -> List[List[list]]:
+              seed: Optional[int] = None, line: int = 1) -> List[List[list]]:
     """Calls back to back (calls[c][r]: rank r's input of call c): every call's output buffers, per rank. Scratch
     and semaphores carry over, so a program that lets a peer overwrite scratch another rank still reads in the
     previous call shows it (under some seeds)."""
-    m = _Machine(plan, n, calls, op)
+    m = _Machine(plan, n, calls, op, line)
     m.run(random.Random(seed) if seed is not None else None)
     return [[bufs["output"] for bufs in per_rank] for per_rank in m.bufs]
 

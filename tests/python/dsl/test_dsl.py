@@ -404,6 +404,25 @@ def test_shipped_programs_compute_their_collective_on_the_host_interpreter(num_r
 
 
 @pytest.mark.parametrize("num_ranks", [2, 3, 4])
+def test_shipped_simple_programs_are_correct_with_line_rounded_chunks(num_ranks):
+    """The executor rounds a Simple plan's chunk up to whole 128-byte lines, which leaves trailing chunks short or
+    empty: the shipped Simple programs still compute their collective (lines of 4 and 32 elements, odd counts)."""
+    rng = random.Random(num_ranks + 100)
+    for name, _ in shipped(num_ranks):
+        for instances in (1, 2):
+            plan = programs.get(name)(num_ranks, instances=instances).to_json()
+            if plan["protocol"] != "Simple":
+                continue
+            for n, line in ((3, 4), (33, 4), (70, 32), (1, 32)):
+                inputs = [[rng.randint(-99, 99) for _ in range(units(plan["collective"], num_ranks)[0] * n)]
+                          for _ in range(num_ranks)]
+                want = expected_outputs(plan["collective"], inputs, n)
+                for seed in (None, 5):
+                    got = run_plan(plan, n, inputs, seed=seed, line=line)
+                    assert [output_view(plan, n, r, g) for r, g in enumerate(got)] == want, (name, n, line, seed)
+
+
+@pytest.mark.parametrize("num_ranks", [2, 3, 4])
 def test_shipped_programs_stay_correct_over_back_to_back_calls(num_ranks):
     """Three calls in a row, random interleavings: scratch and semaphores carry over (an LL plan's packets
     alternate halves), each rank starts a call once its previous one ended and, for plans that put or get, after
