@@ -9,7 +9,10 @@ import torch
 
 
 def commit():
-    """The meshcomm checkout's commit (and '+changes' for a dirty tree), or 'unknown' outside a checkout."""
+    """MESHCOMM_BENCH_COMMIT when set (a copy of the tree whose git metadata is not the measured commit's), else
+    the meshcomm checkout's commit (and '+changes' for a dirty tree), or 'unknown' outside a checkout."""
+    if os.environ.get("MESHCOMM_BENCH_COMMIT"):
+        return os.environ["MESHCOMM_BENCH_COMMIT"]
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     try:
         head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
