@@ -31,7 +31,9 @@ class PyGpuBuffer {
 
   // Synchronous copies (cudaMemcpy: ordered after work on the legacy default stream). An upload also waits
   // for its DMA (cudaMemcpy from pageable memory returns once the data is staged), so that work on any
-  // stream afterwards reads the new bytes.
+  // stream afterwards reads the new bytes. A download first waits for the legacy stream with
+  // cudaStreamSynchronize: a pageable cudaMemcpy that waits for a kernel can hold off other threads' CUDA
+  // calls, such as those of a proxy thread serving that kernel's port channels.
   void upload(const char* data, size_t bytes, size_t offset) {
     requireRange("upload", bytes, offset);
     CudaDeviceGuard guard(device_);
@@ -43,7 +45,9 @@ class PyGpuBuffer {
     requireRange("download", bytes, offset);
     std::string out(bytes, '\0');
     CudaDeviceGuard guard(device_);
-    if (bytes) MESHCOMM_CUDA_CHECK(cudaMemcpy(out.data(), at(offset), bytes, cudaMemcpyDeviceToHost));
+    if (bytes == 0) return out;
+    MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    MESHCOMM_CUDA_CHECK(cudaMemcpy(out.data(), at(offset), bytes, cudaMemcpyDeviceToHost));
     return out;
   }
 
