@@ -24,8 +24,8 @@ constexpr float kFp8Max = 448.0f;
 constexpr float kFp8MaxInv = 1.0f / 448.0f;
 constexpr float kAmaxFloor = 1e-4f;
 constexpr int kLoadsInFlight = 8;  // loads a lane issues before using the first (combine receive, FP8 cast)
-constexpr int kRowLoadsInFlight =
-    16;                            // 16-byte loads a lane issues before its first store, a warp copying a row
+// 16-byte loads a lane issues before its first store when a warp copies one row.
+constexpr int kRowLoadsInFlight = 16;
 constexpr int kChunkTokens = 128;  // tokens whose top-k a dispatch send block holds in shared memory at once
 constexpr int kMaxTopk = 32;       // LowLatencyShape::topk's bound
 

@@ -53,10 +53,10 @@ std::pair<uint64_t, uint64_t> collectiveUnits(const Plan& p) {
 }
 
 uint64_t chunkElems(const Plan& plan, uint64_t n, uint64_t elemBytes) {
-  const uint64_t c = (n + plan.chunksPerUnit - 1) / plan.chunksPerUnit;
+  const uint64_t c = reduction::ceilDiv(n, plan.chunksPerUnit);
   if (plan.protocol != Protocol::Simple || elemBytes == 0 || kChunkLineBytes % elemBytes != 0) return c;
   const uint64_t line = kChunkLineBytes / elemBytes;
-  return (c + line - 1) / line * line;
+  return reduction::ceilDiv(c, line) * line;
 }
 
 PlanFacts analyzePlan(const Plan& p, int channelsPerPeer, int smCount, int maxThreads) {
@@ -120,7 +120,7 @@ PlanFacts analyzePlan(const Plan& p, int channelsPerPeer, int smCount, int maxTh
                        std::to_string(smCount) + " multiprocessors (the blocks must be resident together)");
   if (f.maxScratchChunks >= kMaxChunks) note(f.reason, "more than 2^31 scratch chunks");
   if (p.protocol == Protocol::LL) {
-    const uint64_t chunkBytes = (p.maxMessageSize / inUnits + p.chunksPerUnit - 1) / p.chunksPerUnit + 16;
+    const uint64_t chunkBytes = reduction::ceilDiv(p.maxMessageSize / inUnits, p.chunksPerUnit) + 16;
     uint64_t region = 0;
     const uint64_t packets = reduction::packRegionBytes(reduction::packsOf(chunkBytes));
     if (chunkBytes > (1ull << 40) ||
