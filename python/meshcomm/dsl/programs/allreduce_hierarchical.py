@@ -1,8 +1,8 @@
 """Allreduce for two groups of GPUs (ranks 0..g-1 and g..2g-1), a pattern the native set does not have: the
 groups talk only through rank pairs (i, i + g), the shape of two nodes or two NVLink islands joined by one link
 per GPU. Within a group the input is cut into g chunks: (1) reduce-scatter in the group into scratch slots,
-(2) each rank exchanges its partial chunk with its counterpart in the other group and adds it, then a relaxed
-signal/wait round orders the next call's exchange after this read, (3) allgather in the group."""
+(2) each rank exchanges its partial chunk with its counterpart in the other group and adds it (the next call's
+exchange follows this read through the executor's entry barrier), (3) allgather in the group."""
 from .. import AllReduce, CollectiveProgram, MemoryChannel, Rank
 from .phases import reduce_scatter_phase, send_to_peers
 
@@ -31,7 +31,5 @@ def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> Collec
             cross[r].put(other.scratch()[g], me.output[i], tb=0, signal=True)
             cross[r].wait(tb=0)
             me.reduce(me.output[i], [me.output[i], me.scratch()[g]], tb=0)
-            cross[r].signal(tb=0, relaxed=True)
-            cross[r].wait(tb=0, relaxed=True)
             send_to_peers(me, peers, local[r], me.output[i], lambda p: Rank(p).output[i], after_reduction=True)
     return prog

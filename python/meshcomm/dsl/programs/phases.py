@@ -6,8 +6,6 @@ peers' puts, signals and waits run in parallel:
   chunk of the part each;
 - send_to_peers: one chunk (range) into every peer's buffer (put + signal), then a wait for every peer; with
   ``after_reduction`` the blocks first meet, so the puts follow the reduction they did before;
-- relaxed_round: a relaxed signal and wait with every peer after the blocks meet (orders a later call's writes
-  into this rank's scratch after its reads);
 - exchange_packets (LL): this rank's own part copied to its output slot, and with every peer, on its block, the
   part for it sent as packets into the peer's scratch slot for this rank and the peer's packets unpacked into
   the peer's output slot."""
@@ -59,13 +57,6 @@ def send_to_peers(me: Rank, peers: List[int], channels: Dict[int, MemoryChannel]
     for tb, p in enumerate(peers):
         channels[p].put(dst_of(p), src, tb=tb, signal=True)
         channels[p].wait(tb=tb)
-
-
-def relaxed_round(me: Rank, peers: List[int], channels: Dict[int, MemoryChannel]) -> None:
-    meet(me, peers)
-    for tb, p in enumerate(peers):
-        channels[p].signal(tb=tb, relaxed=True)
-        channels[p].wait(tb=tb, relaxed=True)
 
 
 def exchange_packets(me: Rank, peers: List[int], own: Chunk, part_for: Callable[[int], Chunk]) -> None:

@@ -1,8 +1,9 @@
 """Reduce-scatter over memory channels (Simple): each rank puts its chunk for rank p into p's scratch slot for
-it and signals; after its R-1 waits it reduces its own chunk with the slots into its output, then a relaxed
-signal/wait round with every peer orders the next call's puts after this reduction."""
+it and signals; after its R-1 waits it reduces its own chunk with the slots into its output. The next call's
+puts into this rank's scratch follow this reduction through the executor's entry barrier (every rank's next
+call starts after its previous one ended)."""
 from .. import CollectiveProgram, MemoryChannel, Rank, ReduceScatter, all_peers
-from .phases import reduce_scatter_phase, relaxed_round
+from .phases import reduce_scatter_phase
 
 
 def supports(num_ranks: int) -> bool:
@@ -21,5 +22,4 @@ def program(num_ranks: int, instances: int = 1, inplace: bool = False) -> Collec
             me, peers = Rank(r), all_peers(r, R)
             reduce_scatter_phase(me, peers, channels[r], lambda j: me.output[j], slot_of=lambda q: q,
                                  chunk_of=lambda q: q, parts=S)
-            relaxed_round(me, peers, channels[r])
     return prog
