@@ -18,6 +18,8 @@ NAMES = (
     "allgather_allpairs_ll",
     "reduce_scatter_allpairs_ll",
     "alltoall_allpairs_ll",
+    "reduce_scatter_pipelined",
+    "allreduce_twoshot_pipelined",
 )
 
 
