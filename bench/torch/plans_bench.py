@@ -19,6 +19,7 @@ from run_metadata import run_metadata
 
 import meshcomm
 from meshcomm.dsl import programs
+from meshcomm.dsl.checks import MAX_THREAD_BLOCKS
 from meshcomm.dsl.collectives import units
 
 BUSBW = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
@@ -55,15 +56,32 @@ def graph_check(run_plan, run_native, x, out, ref):
     return ok
 
 
+def instance_counts(spec, plan_at_one):
+    """The instance counts of --instances for one program (compiled at one instance), duplicates dropped."""
+    blocks = max(len(r["threadblocks"]) for r in plan_at_one["ranks"])
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    fill = max(1, min(sms, MAX_THREAD_BLOCKS) // blocks)
+    counts = [fill if v == "fill" else int(v) for v in spec.split(",")]
+    return sorted(set(counts))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--min-bytes", type=int, default=4 << 10, help="smallest input per rank")
     p.add_argument("--max-bytes", type=int, default=256 << 20)
-    p.add_argument("--instances", default="1,8,32", help="instance counts to compile each program with")
+    p.add_argument("--instances", default="1,8,32,fill",
+                   help="instance counts to compile each program with; fill: as many as this GPU's SMs run "
+                        "(its multiprocessors, at most the executor's 128 blocks, over the program's thread blocks at one "
+                        "instance)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--programs", help="comma-separated shipped program names (default: every one)")
     p.add_argument("--json")
     args = p.parse_args()
+    names = args.programs.split(",") if args.programs else programs.NAMES
+    unknown = sorted(set(names) - set(programs.NAMES))
+    if unknown:
+        p.error(f"unknown programs {unknown}; shipped: {programs.NAMES}")
     local_rank = int(os.environ["LOCAL_RANK"])
     torch.cuda.set_device(local_rank)
     stream = torch.cuda.current_stream().cuda_stream
@@ -72,11 +90,11 @@ def main():
     with meshcomm.Comm.from_env(device=local_rank) as comm:
         rank, n = comm.rank, comm.size
         executor = meshcomm.Executor(comm)
-        for name in programs.NAMES:
+        for name in names:
             module = __import__(f"meshcomm.dsl.programs.{name}", fromlist=["supports"])
             if not module.supports(n):
                 continue
-            for k in (int(v) for v in args.instances.split(",")):
+            for k in instance_counts(args.instances, programs.get(name)(n).to_json()):
                 plan = programs.get(name)(n, instances=k).to_json()
                 plan["name"] = f"{name}_x{k}"
                 lo, hi = plan["min_message_size"], plan["max_message_size"]

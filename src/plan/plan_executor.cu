@@ -77,6 +77,9 @@ MESHCOMM_DEVICE_INLINE uint64_t opBytes(const Span* spans, const RefRecord* refs
 
 constexpr int kMaxOperands = 16;  // srcs + packets of one reduction (the loader's limit)
 
+// Packs a thread of a data reduction keeps loading from one operand at once (reduceData).
+constexpr int kPacksInFlight = 4;
+
 template <DataType D, ReduceOp Op>
 struct Executor {
   const PlanLaunch& a;
@@ -151,11 +154,8 @@ struct Executor {
     const uint32_t dstAlign = alignClass(dst.ptr);
     for (uint64_t j = threadIdx.x; j < packsOf(bytes); j += blockDim.x) {
       reduction::GatherPacksPoll got;
-      if (numSrcs + pk.count == 1) {  // one operand: its bytes as they are (no conversion through Acc)
-        if (numSrcs == 1) {
-          storePack(dst.ptr, j, bytes, dstAlign, loadPack(srcs[0].ptr, j, bytes, alignClass(srcs[0].ptr)));
-          continue;
-        }
+      // unpack: the packets' bytes as they are (no conversion through Acc)
+      if (numSrcs == 0 && pk.count == 1) {
         if (!gatherOperands(pk, j, 0, got)) return false;
         storePack(dst.ptr, j, bytes, dstAlign, got.vals[row(pk, 0)]);
         continue;
@@ -183,12 +183,46 @@ struct Executor {
     return true;
   }
 
+  // dst = srcs[0] (op) srcs[1] ... over `bytes`, data operands only: a thread takes kPacksInFlight packs and
+  // issues an operand's loads of all of them before summing (one load in flight a thread left the reduction
+  // bound by memory latency). Operands are summed in the listed order, as reduceInto does.
+  MESHCOMM_DEVICE_INLINE void reduceData(const Span& dst, const Span* srcs, int numSrcs, uint64_t bytes) {
+    const uint64_t packs = packsOf(bytes), stride = blockDim.x;
+    const uint32_t dstAlign = alignClass(dst.ptr);
+    for (uint64_t j0 = threadIdx.x; j0 < packs; j0 += kPacksInFlight * stride) {
+      typename device::Reducer<D, Op>::Accs acc[kPacksInFlight];
+      for (int k = 0; k < numSrcs; ++k) {
+        const uint32_t align = alignClass(srcs[k].ptr);
+        uint4 x[kPacksInFlight];
+#pragma unroll
+        for (int u = 0; u < kPacksInFlight; ++u) {
+          const uint64_t j = j0 + u * stride;
+          x[u] = j < packs ? loadPack(srcs[k].ptr, j, bytes, align) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < kPacksInFlight; ++u) {
+          if (k == 0) {
+            red.firstPrescaled(acc[u], x[u]);
+          } else {
+            red.accumulatePrescaled(acc[u], x[u]);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kPacksInFlight; ++u) {
+        const uint64_t j = j0 + u * stride;
+        if (j < packs) storePack(dst.ptr, j, bytes, dstAlign, red.finish(acc[u]));
+      }
+    }
+  }
+
   MESHCOMM_DEVICE_INLINE bool reduce(const OpRecord& op, const RefRecord* refs) {
     const int me = a.view.rank;
     Span spans[kMaxOperands + 1];
     const int count = 1 + op.numSrcs;
     for (int i = 0; i < count; ++i) spans[i] = spanOf(a, me, refs[i]);
-    return reduceInto(spans[0], spans + 1, op.numSrcs, PacketOperands{}, opBytes(spans, refs, count));
+    reduceData(spans[0], spans + 1, op.numSrcs, opBytes(spans, refs, count));  // the loader: >= 2 srcs
+    return true;
   }
 
   // reduce_packets and unpack_packets, chunk by chunk: dst chunk i = srcs chunk i (op) packet chunks i.

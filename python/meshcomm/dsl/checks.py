@@ -124,14 +124,18 @@ def check_op(prog: CollectiveProgram, op: Op) -> None:
         check_geometry(prog, op, refs)
 
 
+# Thread blocks of one rank's plan, instances included (the loader's meshcomm::plan::kMaxThreadBlocks).
+MAX_THREAD_BLOCKS = 128
+
+
 def check_threadblock_ids(prog: CollectiveProgram, blocks: Blocks) -> None:
     for r, tbs in blocks.items():
         if sorted(tbs) != list(range(len(tbs))):
             raise DslError(f"program {prog.name}: rank {r} uses thread blocks {sorted(tbs)}; number them "
                            f"0..n-1 with no gaps")
-        if len(tbs) * prog.instances > 128:
+        if len(tbs) * prog.instances > MAX_THREAD_BLOCKS:
             raise DslError(f"program {prog.name}: rank {r}: {len(tbs)} thread blocks x {prog.instances} "
-                           "instances; at most 128")
+                           f"instances; at most {MAX_THREAD_BLOCKS}")
 
 
 # ---- across ranks --------------------------------------------------------------------------------------
