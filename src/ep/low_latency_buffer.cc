@@ -52,9 +52,10 @@ class LowLatencyBuffer::Impl {
     view_.dispatchStarted = c.allocateCounter();
     view_.combineEpoch = c.allocateCounter();
     view_.combineStarted = c.allocateCounter();
-    scratch_ = GpuBuffer(sizeof(uint64_t) * 8);  // pending[4], receivesDone[2][2]; zeroed
+    scratch_ = GpuBuffer(sizeof(uint64_t) * 9);  // pending[4], receivesDone[2][2], combineSendsDone; zeroed
     view_.pending = static_cast<uint64_t*>(scratch_.data());
     view_.receivesDone = view_.pending + 4;
+    view_.combineSendsDone = view_.pending + 8;
   }
 
   LowLatencyView viewFor(const LowLatencyShape& s, const char* op, uint64_t ticket) const {

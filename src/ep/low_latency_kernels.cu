@@ -90,6 +90,48 @@ __device__ void finishReceive(const LowLatencyView& v, int op, uint64_t credits,
   }
 }
 
+// Block-wide, warp 0: begin[el] = rows(0) + ... + rows(el - 1) for el <= El (begin[El]: the total). The
+// caller syncs the block before reading begin.
+template <typename Rows>
+__device__ void expertPrefix(int El, Rows rows, int32_t* begin) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x, per = (El + 31) / 32, first = lane * per;
+  int mine = 0;
+  for (int el = first; el < min(El, first + per); ++el) mine += rows(el);
+  int upTo = mine;  // inclusive prefix over the lanes
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int other = __shfl_up_sync(0xffffffffu, upTo, o);
+    if (lane >= o) upTo += other;
+  }
+  int at = upTo - mine;
+  for (int el = first; el < min(El, first + per); ++el) {
+    begin[el] = at;
+    at += rows(el);
+  }
+  if (lane == 31) begin[El] = upTo;
+}
+
+// The expert whose rows hold global row g: the last el with begin[el] <= g (begin from expertPrefix).
+__device__ __forceinline__ int expertOf(const int32_t* begin, int El, int g) {
+  int lo = 0, hi = El - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (begin[mid] <= g) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+__device__ __forceinline__ int sourceSum(const int32_t* counts, int R) {
+  int n = 0;
+  for (int j = 0; j < R; ++j) n += counts[j];
+  return n;
+}
+
 // ceil(log2(x)) of a positive normal float, exactly (from its bits), and 2^e as a float (|e| < 127).
 __device__ __forceinline__ int ceilLog2(float x) {
   const uint32_t bits = __float_as_uint(x);
@@ -164,7 +206,8 @@ __device__ __forceinline__ uint32_t ue8m0Of(float scaleInv) {
 // tokens the block holds their top-k in shared memory; warp w lists, in token order, the tokens that chose
 // expert w of the group (a ballot per 32 tokens), then all warps of the block share the group's messages:
 // message i of an expert goes to slot n of [el][me] in the expert's rank. After the last chunk the block
-// publishes each expert's epoch << 32 | n.
+// publishes each expert's epoch << 32 | n. Receive: every block acquires all El x R count words; the grid's
+// warps then copy the rows of all local experts, a warp per row, into DeepEP's layouts.
 __global__ void __launch_bounds__(kThreads, 1)
     dispatch(LowLatencyView v, LowLatencyDispatchArgs a, LowLatencyShape s, int phase) {
   const int R = v.size, me = v.rank, El = s.numExperts / R, M = s.maxTokens, H = s.hidden, K = s.topk;
@@ -248,76 +291,81 @@ __global__ void __launch_bounds__(kThreads, 1)
     e = v.pending[v.slot];
   }
 
-  // Receive (in the same launch as the send with kLowLatencyBoth: every block is resident).
+  // Receive (in the same launch as the send with kLowLatencyBoth: every block is resident). Every block
+  // acquires all El x R count words; the rows of all local experts are then spread over the grid's warps.
   const uint64_t half = e & 1;
   const int64_t RM = static_cast<int64_t>(R) * M;
-  __shared__ int32_t count[kMaxRanks], begin[kMaxRanks + 1];
+  __shared__ int32_t count[kMaxExperts];      // [el * R + j]: rows from source j for local expert el
+  __shared__ int32_t begin[kMaxExperts + 1];  // rows of the local experts before el (begin[El]: all)
   __shared__ bool ok;
-  for (int el = blockIdx.x; el < El; el += gridDim.x) {
-    if (threadIdx.x == 0) ok = true;
-    __syncthreads();
-    if (threadIdx.x < R) {
-      const int j = threadIdx.x;
-      uint64_t value = 0;
-      const uint32_t tag = static_cast<uint32_t>(e);
-      if (!awaitWord(
-              word(v.regions[me], L.dispatchCounts, static_cast<int>(half) * kMaxExperts + el * R + j),
-              [&](uint64_t w) { return static_cast<uint32_t>(w >> 32) == tag; }, v.spin[j],
-              DeviceOp::EpDispatchWait, e, value, a.waitRecvCostStats ? a.waitRecvCostStats + j : nullptr)) {
-        ok = false;
-        value = 0;
-      }
-      count[j] = static_cast<int32_t>(value & 0xffffffffu);
+  if (threadIdx.x == 0) ok = true;
+  __syncthreads();
+  const uint32_t tag = static_cast<uint32_t>(e);
+  for (int w = threadIdx.x; w < El * R; w += blockDim.x) {
+    const int el = w / R, j = w % R;
+    const bool reportsCost = a.waitRecvCostStats && el % gridDim.x == blockIdx.x;  // one block per word
+    uint64_t value = 0;
+    if (!awaitWord(
+            word(v.regions[me], L.dispatchCounts, static_cast<int>(half) * kMaxExperts + w),
+            [&](uint64_t c) { return static_cast<uint32_t>(c >> 32) == tag; }, v.spin[j],
+            DeviceOp::EpDispatchWait, e, value, reportsCost ? a.waitRecvCostStats + j : nullptr)) {
+      ok = false;
+      value = 0;
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      begin[0] = 0;
-      for (int j = 0; j < R; ++j) begin[j + 1] = begin[j] + count[j];
-      a.recvCount[el] = begin[R];
-      if (a.cumulativeRecvStats) a.cumulativeRecvStats[el] += begin[R];
+    count[w] = static_cast<int32_t>(value & 0xffffffffu);
+  }
+  __syncthreads();
+  expertPrefix(
+      El, [&](int el) { return sourceSum(count + el * R, R); }, begin);
+  __syncthreads();
+  for (int el = blockIdx.x * blockDim.x + threadIdx.x; el < El; el += gridDim.x * blockDim.x) {
+    const int rows = begin[el + 1] - begin[el];
+    a.recvCount[el] = rows;
+    if (a.cumulativeRecvStats) a.cumulativeRecvStats[el] += rows;
+    int before = 0;
+    for (int j = 0; j < R; ++j) {
+      a.layoutRange[el * R + j] =
+          (static_cast<int64_t>(before) << 32) | static_cast<int64_t>(count[el * R + j]);
+      before += count[el * R + j];
     }
-    __syncthreads();
-    if (threadIdx.x < R) {
-      a.layoutRange[el * R + threadIdx.x] =
-          (static_cast<int64_t>(begin[threadIdx.x]) << 32) | static_cast<int64_t>(count[threadIdx.x]);
-    }
-    const int rows = ok ? begin[R] : 0;
-    for (int i = threadIdx.x / 32; i < rows; i += kWarps) {
-      int j = 0;
-      while (j < R - 1 && begin[j + 1] <= i) ++j;
-      const char* msg = v.regions[me] + L.messages + half * L.messagesHalf +
-                        ((static_cast<uint64_t>(el) * R + j) * M + (i - begin[j])) * L.messageStride;
-      const int64_t row = el * RM + i;
-      if (lane == 0) a.srcInfo[row] = *reinterpret_cast<const int32_t*>(msg);
-      if (a.fp8) {
-        device::copy<kRowLoadsInFlight>(static_cast<char*>(a.recvX) + row * H, msg + 16, H, lane, 32);
-        const auto* scales = reinterpret_cast<const float*>(msg + 16 + H);
-        const int groups = H / 128;
-        if (a.ue8m0) {
-          for (int q = lane; q < groups / 4; q += 32) {
-            const uint32_t packed = ue8m0Of(scales[4 * q]) | ue8m0Of(scales[4 * q + 1]) << 8 |
-                                    ue8m0Of(scales[4 * q + 2]) << 16 | ue8m0Of(scales[4 * q + 3]) << 24;
-            static_cast<uint32_t*>(a.recvScales)[(static_cast<int64_t>(el) * (groups / 4) + q) * RM + i] =
-                packed;
-          }
-        } else {
-          for (int g = lane; g < groups; g += 32)
-            static_cast<float*>(a.recvScales)[(static_cast<int64_t>(el) * groups + g) * RM + i] = scales[g];
+  }
+  const int total = ok ? begin[El] : 0;
+  for (int g = blockIdx.x * kWarps + warp; g < total; g += gridDim.x * kWarps) {
+    const int el = expertOf(begin, El, g), i = g - begin[el];  // row i of expert el
+    int j = 0, slot = i;
+    while (j < R - 1 && slot >= count[el * R + j]) slot -= count[el * R + j++];
+    const char* msg = v.regions[me] + L.messages + half * L.messagesHalf +
+                      ((static_cast<uint64_t>(el) * R + j) * M + slot) * L.messageStride;
+    const int64_t row = el * RM + i;
+    if (lane == 0) a.srcInfo[row] = *reinterpret_cast<const int32_t*>(msg);
+    if (a.fp8) {
+      device::copy<kRowLoadsInFlight>(static_cast<char*>(a.recvX) + row * H, msg + 16, H, lane, 32);
+      const auto* scales = reinterpret_cast<const float*>(msg + 16 + H);
+      const int groups = H / 128;
+      if (a.ue8m0) {
+        for (int q = lane; q < groups / 4; q += 32) {
+          const uint32_t packed = ue8m0Of(scales[4 * q]) | ue8m0Of(scales[4 * q + 1]) << 8 |
+                                  ue8m0Of(scales[4 * q + 2]) << 16 | ue8m0Of(scales[4 * q + 3]) << 24;
+          static_cast<uint32_t*>(a.recvScales)[(static_cast<int64_t>(el) * (groups / 4) + q) * RM + i] =
+              packed;
         }
       } else {
-        device::copy<kRowLoadsInFlight>(static_cast<char*>(a.recvX) + row * 2 * H, msg + 16, 2ull * H, lane,
-                                        32);
+        for (int q = lane; q < groups; q += 32)
+          static_cast<float*>(a.recvScales)[(static_cast<int64_t>(el) * groups + q) * RM + i] = scales[q];
       }
+    } else {
+      device::copy<kRowLoadsInFlight>(static_cast<char*>(a.recvX) + row * 2 * H, msg + 16, 2ull * H, lane,
+                                      32);
     }
-    __syncthreads();
   }
   finishReceive(v, 0, L.dispatchCredits, e);
 }
 
-// Send: one block per local expert returns each received row to its source rank, at [global expert][token] in
-// the source's half, then publishes the epoch in the source's ready word of that expert. Receive: every block
-// acquires the E ready words of this epoch; one warp per (token, slice of H) sums its top-k rows, weighted,
-// in fp32. With both phases in one launch, a block that has sent goes on to receive.
+// Send: the grid's warps return the received rows of all local experts, a warp per row, to their source ranks
+// at [global expert][token] in the source's half; the last block to finish publishes the epoch in every
+// rank's ready word of each of this rank's experts. Receive: every block acquires the E ready words of this
+// epoch; one warp per (token, slice of H) sums its top-k rows, weighted, in fp32. With both phases in one
+// launch, a block that has sent goes on to receive.
 __global__ void __launch_bounds__(kThreads, 1)
     combine(LowLatencyView v, LowLatencyCombineArgs a, LowLatencyShape s, int phase) {
   const int R = v.size, me = v.rank, El = s.numExperts / R, M = s.maxTokens, H = s.hidden;
@@ -331,29 +379,47 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint64_t half = e & 1;
     const int64_t RM = static_cast<int64_t>(R) * M;
     const bool ok = awaitAllCredits(v, L.combineCredits, e, DeviceOp::EpCombineWait);
-    for (int el = blockIdx.x; el < El; el += gridDim.x) {
-      const int ex = me * El + el;
-      const int64_t last = a.layoutRange[el * R + R - 1];
-      const int rows = ok ? static_cast<int>((last >> 32) + (last & 0xffffffff)) : 0;
-      for (int i = threadIdx.x / 32; i < rows; i += kWarps) {
-        int j = 0;
-        while (j < R - 1 && (a.layoutRange[el * R + j + 1] >> 32) <= i) ++j;
-        const int32_t t = a.srcInfo[el * RM + i];
-        if (t < 0 || t >= M) {
-          if (lane == 0)
-            device::reportTimeout(v.spin[j], DeviceOp::EpOverflow, static_cast<uint64_t>(t) + 1, M, 0);
-          continue;
-        }
-        char* dst =
-            v.regions[j] + L.rows + half * L.rowsHalf + (static_cast<uint64_t>(ex) * M + t) * rowBytes;
-        device::copy<kRowLoadsInFlight>(dst, static_cast<const char*>(a.y) + (el * RM + i) * rowBytes,
-                                        rowBytes, lane, 32);
+    // The rows of all local experts (layout_range's last entry per expert ends them) over the grid's warps.
+    __shared__ int32_t begin[kMaxExperts + 1];
+    expertPrefix(
+        El,
+        [&](int el) {
+          const int64_t last = a.layoutRange[el * R + R - 1];
+          return static_cast<int>((last >> 32) + (last & 0xffffffff));
+        },
+        begin);
+    __syncthreads();
+    const int total = ok ? begin[El] : 0;
+    for (int g = blockIdx.x * kWarps + threadIdx.x / 32; g < total; g += gridDim.x * kWarps) {
+      const int el = expertOf(begin, El, g), i = g - begin[el];  // row i of local expert el
+      int j = 0;
+      while (j < R - 1 && (a.layoutRange[el * R + j + 1] >> 32) <= i) ++j;
+      const int32_t t = a.srcInfo[el * RM + i];
+      if (t < 0 || t >= M) {
+        if (lane == 0)
+          device::reportTimeout(v.spin[j], DeviceOp::EpOverflow, static_cast<uint64_t>(t) + 1, M, 0);
+        continue;
       }
+      char* dst = v.regions[j] + L.rows + half * L.rowsHalf +
+                  (static_cast<uint64_t>(me * El + el) * M + t) * rowBytes;
+      device::copy<kRowLoadsInFlight>(dst, static_cast<const char*>(a.y) + (el * RM + i) * rowBytes, rowBytes,
+                                      lane, 32);
+    }
+    // The last block to finish publishes the epoch in every rank's ready word of each of this rank's experts
+    // (the other blocks' rows are ordered before it by their system fence and the count).
+    __threadfence_system();
+    __syncthreads();
+    __shared__ bool lastBlock;
+    if (threadIdx.x == 0)
+      lastBlock =
+          (atomicAdd(reinterpret_cast<unsigned long long*>(v.combineSendsDone), 1ull) + 1) % gridDim.x == 0;
+    __syncthreads();
+    if (lastBlock) {
       __threadfence_system();
-      __syncthreads();
-      if (threadIdx.x < R) {
+      for (int w = threadIdx.x; w < El * R; w += blockDim.x) {
+        const int el = w / R, j = w % R;
         device::storeReleaseSys(
-            word(v.regions[threadIdx.x], L.combineReady, static_cast<int>(half) * kMaxExperts + ex), e);
+            word(v.regions[j], L.combineReady, static_cast<int>(half) * kMaxExperts + me * El + el), e);
       }
     }
     endEpoch(e, v.combineEpoch, v.combineStarted);

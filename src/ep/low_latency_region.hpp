@@ -53,7 +53,8 @@ struct LowLatencyView {
   uint64_t* combineStarted;
   uint64_t* pending;       // [4]: the epoch of the send with ticket t, at [t % 2] (dispatch) and [2 + t % 2]
   uint64_t* receivesDone;  // [op][half] (op 0: dispatch, 1: combine): blocks that finished a receive phase
-  uint32_t slot;           // ticket % 2 of this launch
+  uint64_t* combineSendsDone;  // blocks that finished a combine send (sends run in call order)
+  uint32_t slot;               // ticket % 2 of this launch
 };
 
 }  // namespace meshcomm::ep
