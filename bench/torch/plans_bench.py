@@ -70,9 +70,9 @@ def main():
     p.add_argument("--min-bytes", type=int, default=4 << 10, help="smallest input per rank")
     p.add_argument("--max-bytes", type=int, default=256 << 20)
     p.add_argument("--instances", default="1,8,32,fill",
-                   help="instance counts to compile each program with; fill: as many as this GPU's SMs run "
-                        "(its multiprocessors, at most the executor's 128 blocks, over the program's thread blocks at one "
-                        "instance)")
+                   help="instance counts to compile each program with; fill: as many as this GPU runs "
+                        "(its multiprocessors, at most the executor's 128 blocks, over the program's blocks "
+                        "at one instance)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
     p.add_argument("--programs", help="comma-separated shipped program names (default: every one)")

@@ -72,6 +72,10 @@ class CommResources {
   std::shared_ptr<void>& sharedState(const std::string& key);
   // The user buffers registered with Comm::registerBuffer (zero-copy algorithms read it in launch()).
   BufferRegistry& registry() const;
+  // The connection to `peer` (CUDA IPC) under the memory channels; port channels build semaphores on it.
+  std::shared_ptr<Connection> connection(int peer) const;
+  // Rank r's scratch buffer as registered memory: this rank's own, a peer's as mapped here.
+  const RegisteredMemory& scratchMemory(int r) const;
 
  private:
   Communicator& comm_;

@@ -307,4 +307,16 @@ BufferRegistry& CommResources::registry() const {
   return *state_->registry;
 }
 
+std::shared_ptr<Connection> CommResources::connection(int peer) const {
+  MESHCOMM_REQUIRE(peer >= 0 && peer < topology_.nRanks && peer != topology_.rank, "rank ", topology_.rank,
+                   ": CommResources::connection: peer ", peer, " is not another rank of ", topology_.nRanks);
+  return state_->connections[peer];
+}
+
+const RegisteredMemory& CommResources::scratchMemory(int r) const {
+  MESHCOMM_REQUIRE(r >= 0 && r < topology_.nRanks, "rank ", topology_.rank,
+                   ": CommResources::scratchMemory: rank ", r, " is not one of ", topology_.nRanks);
+  return state_->scratch.byRank[r];
+}
+
 }  // namespace meshcomm

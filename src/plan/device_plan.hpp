@@ -7,6 +7,7 @@
 
 #include "plan/plan_peer_buffers.hpp"
 #include "meshcomm/comm_resources.hpp"
+#include "meshcomm/device/port_channel_device.hpp"
 #include "meshcomm/device/reduce.hpp"
 #include "meshcomm/plan.hpp"
 
@@ -27,8 +28,11 @@ struct OpRecord {
   uint8_t relaxed;
   uint8_t numSrcs;
   uint8_t numPackets;
+  uint8_t port;     // the op's channel is a port channel
   int32_t peer;     // the channel's peer, -1 without a channel
-  int32_t channel;  // CommDeviceView channel index (peer * channelsPerPeer + plan channel index), -1 without
+  int32_t channel;  // memory channel: CommDeviceView channel index (peer * channelsPerPeer + plan channel
+                    // index); port channel: index into PlanLaunch::ports (the rank's plan channel index);
+                    // -1 without
   uint32_t firstRef;
   uint32_t barrier;  // Barrier: the counter index of this barrier occurrence
   uint32_t members;  // Barrier: the blocks that meet
@@ -45,6 +49,7 @@ struct PlanLaunch {
   const BlockRecord* blocks;
   const OpRecord* ops;
   const RefRecord* refs;
+  const PortChannelDeviceHandle* ports;  // by the rank's plan channel index (port channels only)
   char* const* peerBuffers;   // [kPlanBuffers][nRanks]: every rank's input, output, scratch as mapped here
   char* local[kPlanBuffers];  // this rank's input, output, scratch
   uint64_t n;                 // elements per unit

@@ -17,6 +17,7 @@
 #include "plan/device_plan.hpp"
 #include "plan/plan_facts.hpp"
 #include "plan/plan_peer_buffers.hpp"
+#include "plan/plan_port_channels.hpp"
 
 namespace meshcomm {
 
@@ -39,6 +40,9 @@ struct PlanAlgorithm::State {
   uint64_t* epoch = nullptr;
   uint64_t* prologueDone = nullptr;  // the prologue's block 0 -> other blocks word (PeerBufferExchange::done)
   uint64_t* barriers = nullptr;
+  // Owned by the communicator's resources (sharedState), so the proxy stops before the communicator's
+  // connections and tokens go, even when this algorithm object outlives the Comm.
+  const plan::PortChannels* ports = nullptr;
 
   bool needsPrologue() const { return facts.reachesPeerBuffers || facts.writesPeerScratch; }
 };
@@ -119,10 +123,15 @@ void PlanAlgorithm::initialize(CommResources& resources) {
       d.peer = -1;
       d.channel = -1;
       d.firstRef = static_cast<uint32_t>(refs.size());
-      if (op.channel >= 0) {  // analyzePlan declined plans whose channels the grid lacks
+      if (op.channel >= 0) {  // analyzePlan declined plans whose memory channels the grid lacks
         const plan::Channel& ch = mine.channels[op.channel];
         d.peer = ch.peer;
-        d.channel = ch.index < v.channelsPerPeer ? ch.peer * v.channelsPerPeer + ch.index : -1;
+        if (ch.type == plan::ChannelType::Port) {
+          d.port = 1;
+          d.channel = op.channel;
+        } else {
+          d.channel = ch.index < v.channelsPerPeer ? ch.peer * v.channelsPerPeer + ch.index : -1;
+        }
       }
       switch (op.kind) {
         case OpKind::Copy:
@@ -192,6 +201,14 @@ void PlanAlgorithm::initialize(CommResources& resources) {
     s.slotsOffset = resources.reservePacketRegion(plan::descriptorSlotsBytes(v.nRanks));
   else if (s.needsPrologue())
     s.facts.reason = "no room for its descriptor slots in the packet buffer";
+
+  // Port channels last: the facts (and so whether to build them) are alike on every rank.
+  if (s.facts.portChannels && s.facts.reason.empty()) {
+    auto ports = std::make_shared<plan::PortChannels>(resources, mine);
+    s.ports = ports.get();
+    resources.sharedState("plan port channels " + std::to_string(reinterpret_cast<uintptr_t>(this))) =
+        std::move(ports);
+  }
 }
 
 std::string PlanAlgorithm::unsupportedReason(const CollectiveArgs& args, const CommTopology& topo) const {
@@ -254,6 +271,10 @@ void PlanAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,
   a.ops = static_cast<const plan::OpRecord*>(s.opsBuf.data());
   a.refs = static_cast<const plan::RefRecord*>(s.refsBuf.data());
   a.peerBuffers = static_cast<char* const*>(s.peerBuffers.data());
+  if (s.ports != nullptr) {
+    s.ports->checkError();
+    a.ports = s.ports->deviceHandles();
+  }
   a.local[static_cast<int>(BufferKind::Input)] = const_cast<char*>(static_cast<const char*>(args.input));
   a.local[static_cast<int>(BufferKind::Output)] = static_cast<char*>(args.output);
   a.local[static_cast<int>(BufferKind::Scratch)] =

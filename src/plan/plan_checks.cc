@@ -68,6 +68,7 @@ class OpChecker {
     if (has("srcs")) checkRefs(op_.srcs, "srcs", RefRule{}, op_.kind == OpKind::Reduce ? 2 : 0);
     if (has("packets")) checkRefs(op_.packets, "packets", kPacketRule, 1);
     if (has("threadblocks")) checkBarrier();
+    if (op_.kind == OpKind::Put && rank_.channels[op_.channel].type == ChannelType::Port) checkPortPut();
   }
 
  private:
@@ -94,6 +95,17 @@ class OpChecker {
     if (needed && ch.type != *needed)
       fail(path, name(), " needs a ", nameOf(kChannelTypeNames, *needed), " channel, ",
            describeChannel(op_.channel, ch));
+  }
+
+  // A port channel's proxy copies between the communicator's scratch buffers (registered memory): a put on
+  // one reads this rank's scratch and writes the peer's.
+  void checkPortPut() const {
+    for (const auto& [ref, field] : {std::make_pair(op_.src, "src"), std::make_pair(op_.dst, "dst")})
+      if (ref.buffer != BufferKind::Scratch)
+        fail(memberPath(memberPath(path_, field), "buffer"),
+             "put on a port channel moves scratch to the peer's scratch (its proxy copies registered "
+             "memory only), got ",
+             nameOf(kBufferNames, ref.buffer));
   }
 
   void checkRef(const ChunkRef& ref, const std::string& path, RefRule rule) const {

@@ -7,7 +7,11 @@
 // before it), then thread 0's release increment (relaxed variant: no data ordering). wait: thread 0's acquire
 // wait, then __syncthreads() before any thread's later access. Packets carry data and flag in one store and
 // are read by flag. barrier: __syncthreads(), thread 0's fenced atomic arrival on the occurrence's counter
-// and its acquire spin until every member block of this launch has arrived, then __syncthreads().
+// and its acquire spin until every member block of this launch has arrived, then __syncthreads(). Port
+// channels: __syncthreads(), then thread 0 pushes the trigger (the FIFO push is a release: the block's stores
+// into the put's source scratch are visible to the proxy's copy); the proxy signals the peer after the
+// channel's earlier puts have landed there; wait: thread 0's acquire wait on the host-signalled semaphore;
+// flush: thread 0 waits until the proxy completed the channel's earlier operations; then __syncthreads().
 #include "collectives/algorithms/reduction_common.cuh"
 #include "meshcomm/device/comm_device.hpp"
 #include "meshcomm/device/copy.hpp"
@@ -299,9 +303,43 @@ struct Executor {
     return ok != 0;
   }
 
+  // put / signal / wait / flush on a port channel (scratch to the peer's scratch; plan_algorithm.cc builds
+  // the channels and their proxy). False when a wait or flush timed out or was aborted.
+  MESHCOMM_DEVICE_INLINE bool portOp(const OpRecord& op, const RefRecord* refs) {
+    __shared__ int ok;
+    __syncthreads();  // every thread's earlier stores (a put's source) before thread 0's trigger
+    if (threadIdx.x == 0) {
+      PortChannelDeviceHandle ch = a.ports[op.channel];
+      bool done = true;
+      switch (static_cast<OpKind>(op.kind)) {
+        case OpKind::Put: {
+          const uint64_t slot = a.chunkElems * a.elemBytes;
+          ch.put(refs[0].index * slot, refs[1].index * slot, min(refs[0].size, refs[1].size) * slot);
+          break;
+        }
+        case OpKind::Signal:
+          ch.signal();
+          break;
+        case OpKind::Wait:
+          done = ch.wait();
+          break;
+        case OpKind::Flush:
+          done = ch.flush();
+          break;
+        default:  // the loader allows no other op on a port channel
+          done = false;
+          break;
+      }
+      ok = done ? 1 : 0;
+    }
+    __syncthreads();
+    return ok != 0;
+  }
+
   // Runs one op; false stops the block (a wait that timed out or was aborted).
   MESHCOMM_DEVICE_INLINE bool run(const OpRecord& op) {
     const RefRecord* refs = a.refs + op.firstRef;
+    if (op.port) return portOp(op, refs);
     switch (static_cast<OpKind>(op.kind)) {
       case OpKind::Copy:
       case OpKind::Put:
@@ -322,7 +360,7 @@ struct Executor {
         return receivePackets(op, refs);
       case OpKind::Barrier:
         return barrier(op);
-      case OpKind::Flush:  // the loader refuses port channels (not executable yet)
+      case OpKind::Flush:  // on port channels only (above)
         return false;
     }
     return false;

@@ -77,8 +77,8 @@ PlanFacts analyzePlan(const Plan& p, int channelsPerPeer, int smCount, int maxTh
     if (rank.threadblocks.empty())
       note(f.reason, "rank " + std::to_string(rank.rank) + " has no thread blocks");
     for (const Channel& ch : rank.channels) {
-      if (ch.type != ChannelType::Memory) note(f.reason, "port channels are not executable yet");
-      if (ch.index >= channelsPerPeer)
+      if (ch.type == ChannelType::Port) f.portChannels = true;
+      if (ch.type == ChannelType::Memory && ch.index >= channelsPerPeer)
         note(f.reason, "rank " + std::to_string(rank.rank) + " uses " + std::to_string(ch.index + 1ll) +
                            " channels to rank " + std::to_string(ch.peer) + "; the communicator has " +
                            std::to_string(channelsPerPeer) + " per peer (MESHCOMM_CHANNELS_PER_PEER)");

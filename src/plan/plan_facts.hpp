@@ -16,6 +16,7 @@ struct PlanFacts {
   bool reachesPeerBuffers = false;  // a put into / get from a peer's input or output (registered buffers)
   bool writesPeerScratch = false;   // a Simple put into / get from a peer's scratch (needs the entry barrier)
   bool reduces = false;             // a reduce or reduce_packets anywhere
+  bool portChannels = false;        // a port channel anywhere (every rank builds its proxy)
   uint64_t maxScratchChunks = 0;    // over all ranks
   int maxBlocks = 0;                // over all ranks
   uint64_t packetChunkBytes = 0;    // LL: packet bytes of one scratch chunk at max_message_size

@@ -67,7 +67,7 @@ json everyOpPlan() {
   const json ops = {
       {{"op", "copy"}, {"src", chunk("input", 0)}, {"dst", chunk("output", 0)}},
       {{"op", "reduce"}, {"srcs", {chunk("input", 0), chunk("scratch", 2)}}, {"dst", chunk("output", 1)}},
-      {{"op", "put"}, {"channel", 1}, {"src", chunk("input", 1)}, {"dst", chunk("output", 2)}},
+      {{"op", "put"}, {"channel", 1}, {"src", chunk("scratch", 1)}, {"dst", chunk("scratch", 0)}},
       {{"op", "get"}, {"channel", 0}, {"src", chunk("input", 2, 2)}, {"dst", chunk("output", 2, 2)}},
       {{"op", "signal"}, {"channel", 1}, {"relaxed", true}},
       {{"op", "wait"}, {"channel", 0}, {"relaxed", false}},
@@ -86,6 +86,7 @@ json everyOpPlan() {
   rank0["channels"] = {channel("memory", 1), channel("port", 1)};
   rank0["threadblocks"] = {{{"id", 0}, {"ops", ops}}, {{"id", 1}, {"ops", {barrier}}}};
   json& rank1 = plan["ranks"][1];
+  rank1["scratch_chunks"] = 1;
   rank1["channels"] = {channel("memory", 0), channel("port", 0)};
   rank1["threadblocks"] = json::array();
   return plan;
@@ -527,6 +528,18 @@ TEST(PlanLoaderRejects, FlushOnMemoryChannel) {
   opAt(doc, 0, 0, 6)["channel"] = 0;
   expectRejected(doc, "ranks[0].threadblocks[0].ops[6].channel",
                  "flush needs a port channel, channel 0 is a memory channel to rank 1");
+}
+
+TEST(PlanLoaderRejects, PortPutOutsideScratch) {
+  json doc = everyOpPlan();
+  opAt(doc, 0, 0, 2)["src"] = chunk("input", 1);
+  expectRejected(
+      doc, "ranks[0].threadblocks[0].ops[2].src.buffer",
+      "put on a port channel moves scratch to the peer's scratch (its proxy copies registered memory "
+      "only), got input");
+  doc = everyOpPlan();
+  opAt(doc, 0, 0, 2)["dst"] = chunk("output", 2);
+  expectRejected(doc, "ranks[0].threadblocks[0].ops[2].dst.buffer", "got output");
 }
 
 TEST(PlanLoaderRejects, PacketsInSimplePlan) {

@@ -91,6 +91,11 @@ def check_op(prog: CollectiveProgram, op: Op) -> None:
         check_chunk(prog, op, op.dst, peer, "dst")
         if op.kind == "put_packets" and op.dst.buffer != "scratch":
             fail(prog, op, f"dst {op.dst.describe()}: packets go into the peer's scratch")
+        if op.kind == "put" and prog.channels[op.rank][op.channel].type == "port":
+            for w, c in (("src", op.src), ("dst", op.dst)):
+                if c.buffer != "scratch":
+                    fail(prog, op, f"{w} {c.describe()}: a put on a port channel moves scratch to the peer's "
+                                   "scratch (its proxy copies registered memory only); stage data with copy")
         refs = [("dst", op.dst), ("src", op.src)]
     elif op.kind == "get":
         check_chunk(prog, op, op.dst, me, "dst")

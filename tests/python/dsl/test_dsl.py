@@ -39,7 +39,7 @@ def test_every_simple_operation_compiles_to_its_plan_op():
         a.reduce(a.output[0], [a.input[0], a.scratch()[0]], tb=0)
         ab.put(b.scratch()[1], a.input[1], tb=0, signal=True)
         ab.get(a.scratch()[1], b.input[1], tb=0)
-        pab.put(b.output[1], a.output[1], tb=1, signal=True, flush=True)
+        pab.put(b.scratch()[0], a.scratch()[0], tb=1, signal=True, flush=True)
         ab.wait(tb=0, relaxed=True)
         a.barrier([0, 1])
         b.barrier([0, 1])
@@ -60,7 +60,7 @@ def test_every_simple_operation_compiles_to_its_plan_op():
         {"op": "barrier", "threadblocks": [0, 1]},
     ]
     assert ops_of(plan, 0, 1) == [
-        {"op": "put", "channel": 1, "src": ref("output", 1), "dst": ref("output", 1)},
+        {"op": "put", "channel": 1, "src": ref("scratch", 0), "dst": ref("scratch", 0)},
         {"op": "signal", "channel": 1, "relaxed": False},
         {"op": "flush", "channel": 1},
         {"op": "barrier", "threadblocks": [0, 1]},
@@ -202,8 +202,16 @@ def test_channel_kinds_are_checked():
             ch = dsl.MemoryChannel(dst=1, src=0)
             ch._op("flush", 0)
         return prog
+    def port_put_from_input():
+        with two_ranks() as prog:
+            dsl.PortChannel(dst=0, src=1)
+            dsl.Rank(1).scratch(1)
+            dsl.PortChannel(dst=1, src=0).put(dsl.Rank(1).scratch()[0], dsl.Rank(0).input[0], tb=0)
+        return prog
     compile_error(get_on_port, r"get on port channel 0 to rank 1\): get needs a memory channel")
     compile_error(flush_on_memory, r"flush needs a port channel")
+    compile_error(port_put_from_input, r"src rank 0 input\[0:1\]: a put on a port channel moves scratch to the "
+                                       r"peer's scratch")
 
 
 def test_packets_need_ll_and_scratch():

@@ -20,6 +20,7 @@ NAMES = (
     "alltoall_allpairs_ll",
     "reduce_scatter_pipelined",
     "allreduce_twoshot_pipelined",
+    "allgather_port",
 )
 
 
