@@ -46,6 +46,8 @@ struct alignas(32) ProxyTrigger {
 };
 
 struct FifoDeviceHandle {
+  static constexpr unsigned kFlushPollPauseNs = 500;  // between two reads of `flushed`
+
   ProxyTrigger* triggers;  // host-mapped ring
   uint64_t* head;          // device memory: next position to claim
   uint64_t* tailCache;     // device memory: last tail seen (a lower bound of the proxy's tail)
@@ -82,12 +84,16 @@ struct FifoDeviceHandle {
     return pos;
   }
 
-  // Acquire: waits until the proxy has completed everything up to and including `position`.
+  // Acquire: waits until the proxy has completed everything up to and including `position`. The word lies in
+  // host memory: a pause between reads keeps many waiting blocks from filling the link with reads while the
+  // proxy's copies need it.
   MESHCOMM_DEVICE_INLINE bool waitFlushed(uint64_t position) {
     return device::spinUntil(
         [&](uint64_t& seen) {
           seen = device::loadAcquireSys(flushed);
-          return device::reached(seen, position + 1);
+          if (device::reached(seen, position + 1)) return true;
+          __nanosleep(kFlushPollPauseNs);
+          return false;
         },
         spin, DeviceOp::FifoFlush, position + 1);
   }
