@@ -19,7 +19,6 @@ from run_metadata import run_metadata
 
 import meshcomm
 from meshcomm.dsl import programs
-from meshcomm.dsl.checks import MAX_THREAD_BLOCKS
 from meshcomm.dsl.collectives import units
 
 BUSBW = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
@@ -56,12 +55,10 @@ def graph_check(run_plan, run_native, x, out, ref):
     return ok
 
 
-def instance_counts(spec, plan_at_one):
-    """The instance counts of --instances for one program (compiled at one instance), duplicates dropped."""
-    blocks = max(len(r["threadblocks"]) for r in plan_at_one["ranks"])
+def instance_counts(spec, name, num_ranks):
+    """The instance counts of --instances for one program, duplicates dropped."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-    fill = max(1, min(sms, MAX_THREAD_BLOCKS) // blocks)
-    counts = [fill if v == "fill" else int(v) for v in spec.split(",")]
+    counts = [programs.fill_instances(name, num_ranks, sms) if v == "fill" else int(v) for v in spec.split(",")]
     return sorted(set(counts))
 
 
@@ -94,7 +91,7 @@ def main():
             module = __import__(f"meshcomm.dsl.programs.{name}", fromlist=["supports"])
             if not module.supports(n):
                 continue
-            for k in instance_counts(args.instances, programs.get(name)(n).to_json()):
+            for k in instance_counts(args.instances, name, n):
                 plan = programs.get(name)(n, instances=k).to_json()
                 plan["name"] = f"{name}_x{k}"
                 lo, hi = plan["min_message_size"], plan["max_message_size"]

@@ -2,7 +2,8 @@
 host interpreter.
 
     python -m meshcomm.dsl list
-    python -m meshcomm.dsl compile allreduce_twoshot --ranks 4 [--instances 2] [-o plan.json]
+    python -m meshcomm.dsl compile allreduce_twoshot --ranks 4 [--instances 2 | fill [--multiprocessors 132]]
+        [-o plan.json]
     python -m meshcomm.dsl simulate plan.json [--elements 1000] [--op sum]
 """
 import argparse
@@ -23,7 +24,10 @@ def main(argv=None) -> int:
     c = sub.add_parser("compile", help="compile a shipped program to a plan")
     c.add_argument("name")
     c.add_argument("--ranks", type=int, required=True)
-    c.add_argument("--instances", type=int, default=1)
+    c.add_argument("--instances", default="1",
+                   help="instance count, or fill: one thread block per multiprocessor of the target GPU")
+    c.add_argument("--multiprocessors", type=int, default=132,
+                   help="the target GPU's multiprocessors for --instances fill (default: 132, H100/H200 SXM)")
     c.add_argument("--inplace", action="store_true", help="input and output one buffer (NCCL's in-place layout)")
     c.add_argument("-o", "--output", help="plan file (default: stdout)")
     s = sub.add_parser("simulate", help="run a plan on the host interpreter against the collective's definition")
@@ -37,7 +41,9 @@ def main(argv=None) -> int:
             for name in programs.NAMES:
                 print(name)
         elif args.command == "compile":
-            text = programs.get(args.name)(args.ranks, instances=args.instances, inplace=args.inplace).dumps()
+            instances = (programs.fill_instances(args.name, args.ranks, args.multiprocessors)
+                         if args.instances == "fill" else int(args.instances))
+            text = programs.get(args.name)(args.ranks, instances=instances, inplace=args.inplace).dumps()
             if args.output:
                 with open(args.output, "w") as f:
                     f.write(text)
@@ -56,7 +62,7 @@ def main(argv=None) -> int:
             print(f"{plan['name']}: {R} ranks, {n} elements per unit, {args.op}, {args.seeds} random "
                   f"interleavings: {'correct' if ok else 'WRONG'}")
             return 0 if ok else 1
-    except (DslError, KeyError) as e:
+    except (DslError, KeyError, ValueError) as e:
         print(f"meshcomm.dsl: {e}", file=sys.stderr)
         return 2
     return 0

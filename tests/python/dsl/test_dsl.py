@@ -478,6 +478,20 @@ def test_the_interpreter_catches_a_broken_plan():
         run_plan(plan, 24, inputs)
 
 
+def test_fill_instances_give_each_multiprocessor_one_block():
+    """One block per multiprocessor, within the executor's block limit a rank, for every shipped program."""
+    assert programs.fill_instances("allreduce_twoshot", 2, 132) == 128  # one block an instance; the limit
+    assert programs.fill_instances("allreduce_twoshot", 4, 132) == 42  # three blocks an instance: 126
+    assert programs.fill_instances("reduce_scatter_pipelined", 2, 132) == 64  # a put and a reduce block
+    assert programs.fill_instances("allreduce_twoshot", 8, 4) == 1  # more blocks than multiprocessors: one
+    for sms in (78, 132):
+        for name, _ in shipped(4):
+            k = programs.fill_instances(name, 4, sms)
+            blocks = max(len(r["threadblocks"]) for r in programs.get(name)(4, instances=k).to_json()["ranks"])
+            per_instance = blocks // k
+            assert blocks <= min(sms, 128) < blocks + per_instance, (name, sms, k, blocks)
+
+
 # ---- the command line ------------------------------------------------------------------------------------
 
 def run_cli(*args):
@@ -497,6 +511,12 @@ def test_the_command_line_lists_compiles_and_simulates(tmp_path):
     assert json.loads(rs.read_text())["inplace"] is True
     sim = run_cli("simulate", str(rs), "--elements", "33", "--seeds", "3")
     assert sim.returncode == 0 and "3 random interleavings: correct" in sim.stdout
+    filled = tmp_path / "twoshot_fill.json"
+    assert run_cli("compile", "allreduce_twoshot", "--ranks", "4", "--instances", "fill", "--multiprocessors", "66",
+                   "-o", str(filled)).returncode == 0
+    assert json.loads(filled.read_text())["instances"] == 22
+    bad = run_cli("compile", "allreduce_twoshot", "--ranks", "4", "--instances", "many")
+    assert bad.returncode == 2 and "many" in bad.stderr
     refused = run_cli("compile", "alltoall_fullmesh", "--ranks", "4", "--inplace")
     assert refused.returncode == 2 and "does not run in place" in refused.stderr
     bad = run_cli("compile", "nope", "--ranks", "4")

@@ -5,6 +5,7 @@ hand."""
 import importlib
 from typing import Callable, Dict
 
+from ..checks import MAX_THREAD_BLOCKS
 from ..program import CollectiveProgram
 
 NAMES = (
@@ -34,6 +35,14 @@ def runs_in_place(name: str) -> bool:
     """Whether the shipped program compiles in place (input and output one buffer, NCCL's in-place layout)."""
     get(name)
     return getattr(importlib.import_module(f"{__name__}.{name}"), "IN_PLACE", True)
+
+
+def fill_instances(name: str, num_ranks: int, multiprocessors: int) -> int:
+    """The instance count that gives the shipped program one CUDA block per multiprocessor (at most the
+    executor's MAX_THREAD_BLOCKS a rank): a Simple program's bandwidth grows with its blocks."""
+    plan = get(name)(num_ranks).to_json()
+    blocks = max(len(r["threadblocks"]) for r in plan["ranks"])
+    return max(1, min(multiprocessors, MAX_THREAD_BLOCKS) // blocks)
 
 
 def compile_all(num_ranks: int) -> Dict[str, dict]:
