@@ -20,7 +20,7 @@ Fifo::Fifo(int cudaDevice, uint64_t size) : size_(validatedSize(static_cast<int6
   CudaDeviceGuard guard(cudaDevice);
   const size_t ringBytes = size_ * sizeof(ProxyTrigger);
   host_ = HostMappedBuffer(ringBytes + 2 * kLine);  // zeroed: meta parity 0 never matches lap 0's parity 1
-  device_ = GpuBuffer(2 * kLine);                   // zeroed: head = tailCache = 0
+  device_ = GpuBuffer(5 * kLine);                   // zeroed: head, both mirrors and both stamps start at 0
   char* base = static_cast<char*>(host_.host());
   ring_ = reinterpret_cast<ProxyTrigger*>(base + kRingOffset);
   tail_ = reinterpret_cast<uint64_t*>(base + ringBytes);
@@ -54,10 +54,10 @@ FifoDeviceHandle Fifo::deviceHandle(const SpinContext& spin) const {
   const size_t ringBytes = size_ * sizeof(ProxyTrigger);
   FifoDeviceHandle h{};
   h.triggers = reinterpret_cast<ProxyTrigger*>(hostDevice + kRingOffset);
-  h.head = reinterpret_cast<uint64_t*>(dev);
-  h.tailCache = reinterpret_cast<uint64_t*>(dev + kLine);
-  h.tail = reinterpret_cast<uint64_t*>(hostDevice + ringBytes);
-  h.flushed = reinterpret_cast<uint64_t*>(hostDevice + ringBytes + kLine);
+  auto line = [&](int i) { return reinterpret_cast<uint64_t*>(dev + i * kLine); };
+  h.head = line(0);
+  h.tail = {reinterpret_cast<uint64_t*>(hostDevice + ringBytes), line(1), line(2)};
+  h.flushed = {reinterpret_cast<uint64_t*>(hostDevice + ringBytes + kLine), line(3), line(4)};
   h.size = size_;
   h.spin = spin;
   return h;

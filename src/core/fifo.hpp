@@ -3,7 +3,8 @@
 // Memory layout:
 //   host-mapped (pinned, written by the GPU over PCIe, read by the proxy):
 //     [ring: size x 32-byte ProxyTrigger][tail word, own cache line][flushed word, own cache line]
-//   device memory (touched by the GPU only): [head, own line][tailCache, own line]
+//   device memory (touched by the GPU only): [head][tail mirror][tail stamp][flushed mirror][flushed stamp],
+//   a cache line each (HostCounterMirror: one claimed read of a host word per interval per GPU)
 // The proxy alone writes tail and flushed (release stores); the GPU reads them with system-scope acquires.
 #pragma once
 

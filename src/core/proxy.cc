@@ -45,18 +45,40 @@ constexpr int kTriggerBatch = 64;
 class IdleBackoff {
  public:
   void workDone() { idleRounds_ = 0; }
-  void idle() {
+  // Returns true when it napped.
+  bool idle() {
     if (idleRounds_++ == 0) idleSince_ = std::chrono::steady_clock::now();
     if (idleRounds_ % 64 != 0 || std::chrono::steady_clock::now() - idleSince_ < kHotSpin) {
       cpuRelax();
-      return;
+      return false;
     }
     std::this_thread::sleep_for(kNap);
+    return true;
   }
 
  private:
   uint64_t idleRounds_ = 0;
   std::chrono::steady_clock::time_point idleSince_{};
+};
+
+// Where the proxy thread's time went, logged at DEBUG when it stops: enough to tell host-side trigger cost
+// (copies, signals, flush bookkeeping) from waiting for work.
+struct ProxyStats {
+  uint64_t triggers = 0, writes = 0, bytes = 0, signals = 0, flushes = 0, naps = 0;
+  uint64_t writeNs = 0, signalNs = 0, flushNs = 0, progressNs = 0;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  static uint64_t since(std::chrono::steady_clock::time_point t) {
+    return static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t).count());
+  }
+  std::string summary() const {
+    auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1e3; };
+    return detail::concat(triggers, " triggers in ", us(since(started)), " us: ", writes, " copies (", bytes,
+                          " bytes) ", us(writeNs), " us, ", signals, " signals ", us(signalNs), " us, ",
+                          flushes, " flushes ", us(flushNs), " us, flush polling ", us(progressNs), " us, ",
+                          naps, " naps");
+  }
 };
 
 // "0-15,32-47" -> set. Returns false on malformed text.
@@ -159,6 +181,7 @@ class ProxyService::Impl {
   // Proxy-thread state, kept across stop/start so that a restarted proxy resumes where it stopped.
   uint64_t tail_ = 0;  // next FIFO position to serve
   std::deque<PendingFlush> pendingFlushes_;
+  ProxyStats stats_;
 
   std::mutex lifecycleMutex_;
   std::thread thread_;
@@ -287,15 +310,17 @@ void ProxyService::Impl::run() {
   bindToGpuLocalCpus(device_);
   (void)prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: naps stay short (the default slack is 50 us)
   IdleBackoff backoff;
+  stats_ = ProxyStats{};
   while (!stopRequested_.load(std::memory_order_relaxed)) {
     const bool servedTriggers = serveTriggers();
     const bool completedFlushes = progressFlushes();
     if (servedTriggers || completedFlushes) {
       backoff.workDone();
-    } else {
-      backoff.idle();
+    } else if (backoff.idle()) {
+      ++stats_.naps;
     }
   }
+  MESHCOMM_LOG(DEBUG, "rank ", rank_, ": proxy stopped: ", stats_.summary());
 }
 
 bool ProxyService::Impl::serveTriggers() {
@@ -320,12 +345,27 @@ void ProxyService::Impl::execute(const ProxyTrigger& trigger, uint64_t position)
                    ": ", *problem, "; nothing was copied and the proxy stopped");
   }
   const Channel& channel = channels_[t.channel];
+  ++stats_.triggers;
   if ((t.type & kTriggerData) != 0 && t.bytes > 0) {
+    const auto begin = std::chrono::steady_clock::now();
     channel.connection->write(memories_[t.dstMemory].memory, t.dstOffset, memories_[t.srcMemory].memory,
                               t.srcOffset, t.bytes);
+    stats_.writeNs += ProxyStats::since(begin);
+    ++stats_.writes;
+    stats_.bytes += t.bytes;
   }
-  if ((t.type & kTriggerSignal) != 0) channel.semaphore->signal();  // same connection: lands after the write
-  if ((t.type & kTriggerFlush) != 0) startFlush(channel, position);
+  if ((t.type & kTriggerSignal) != 0) {
+    const auto begin = std::chrono::steady_clock::now();
+    channel.semaphore->signal();  // same connection: lands after the write
+    stats_.signalNs += ProxyStats::since(begin);
+    ++stats_.signals;
+  }
+  if ((t.type & kTriggerFlush) != 0) {
+    const auto begin = std::chrono::steady_clock::now();
+    startFlush(channel, position);
+    stats_.flushNs += ProxyStats::since(begin);
+    ++stats_.flushes;
+  }
 }
 
 void ProxyService::Impl::startFlush(const Channel& channel, uint64_t position) {
@@ -339,6 +379,8 @@ void ProxyService::Impl::startFlush(const Channel& channel, uint64_t position) {
 }
 
 bool ProxyService::Impl::progressFlushes() {
+  if (pendingFlushes_.empty()) return false;
+  const auto begin = std::chrono::steady_clock::now();
   bool progressed = false;
   while (!pendingFlushes_.empty()) {
     const PendingFlush& f = pendingFlushes_.front();
@@ -347,6 +389,7 @@ bool ProxyService::Impl::progressFlushes() {
     pendingFlushes_.pop_front();
     progressed = true;
   }
+  stats_.progressNs += ProxyStats::since(begin);
   return progressed;
 }
 

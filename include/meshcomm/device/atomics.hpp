@@ -57,6 +57,36 @@ MESHCOMM_DEVICE_INLINE uint64_t fetchAddRelaxedGpu(uint64_t* p, uint64_t v) {
   return old;
 }
 
+// Acquire at device (GPU) scope: pairs with a release at gpu or wider scope by a thread of this GPU.
+MESHCOMM_DEVICE_INLINE uint64_t loadAcquireGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Relaxed at device (GPU) scope: coherent among this GPU's threads, orders nothing.
+MESHCOMM_DEVICE_INLINE uint64_t loadRelaxedGpu(const uint64_t* p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Release-max at device (GPU) scope: earlier accesses of this thread (and, by cumulativity, writes it has
+// acquired) happen-before a gpu-scope acquire that observes the maximum.
+MESHCOMM_DEVICE_INLINE void redMaxReleaseGpu(uint64_t* p, uint64_t v) {
+  asm volatile("red.release.gpu.global.max.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Relaxed compare-and-swap at device (GPU) scope; returns the old value. Orders nothing.
+MESHCOMM_DEVICE_INLINE uint64_t casRelaxedGpu(uint64_t* p, uint64_t expected, uint64_t desired) {
+  uint64_t old;
+  asm volatile("atom.relaxed.gpu.global.cas.b64 %0, [%1], %2, %3;"
+               : "=l"(old)
+               : "l"(p), "l"(expected), "l"(desired)
+               : "memory");
+  return old;
+}
+
 // Wrap-safe "a has reached b" for monotonic 64-bit counters.
 MESHCOMM_DEVICE_INLINE bool reached(uint64_t a, uint64_t b) {
   return static_cast<int64_t>(a - b) >= 0;

@@ -45,15 +45,48 @@ struct alignas(32) ProxyTrigger {
   }
 };
 
-struct FifoDeviceHandle {
-  static constexpr unsigned kFlushPollPauseNs = 500;  // between two reads of `flushed`
+// A counter the proxy advances in host-mapped memory, as the GPU's waiters see it. Each waiter polls the
+// GPU-local mirror; at most one read of the host word per kHostPollIntervalNs per GPU is claimed (CAS on the
+// stamp), however many blocks wait: their reads would otherwise fill the GPU's PCIe read path, which also
+// fetches the proxy's copy and signal commands, so every waiter would slow what it waits for.
+struct HostCounterMirror {
+  static constexpr uint64_t kHostPollIntervalNs = 1000;
+  static constexpr unsigned kMirrorPollPauseNs = 100;
 
-  ProxyTrigger* triggers;  // host-mapped ring
-  uint64_t* head;          // device memory: next position to claim
-  uint64_t* tailCache;     // device memory: last tail seen (a lower bound of the proxy's tail)
-  uint64_t* tail;          // host-mapped: positions < tail have been consumed by the proxy
-  uint64_t* flushed;       // host-mapped: positions < flushed have completed (written by the proxy on flush)
-  uint64_t size;           // power of two
+  uint64_t* host;    // host-mapped: written by the proxy with release stores, monotonic
+  uint64_t* mirror;  // device memory: the largest value a waiter of this GPU has read from `host`
+  uint64_t* stamp;   // device memory: globaltimer of the last claimed read of `host`
+
+#if defined(__CUDACC__)
+  // Acquire: the returned value, and the proxy's writes released before it, are visible to this thread. The
+  // claimant acquires the host word at system scope and publishes it with a gpu-scope release-max; the others
+  // acquire the mirror, so the proxy's release reaches them through the claimant (cumulativity). Pauses
+  // kMirrorPollPauseNs when it did not read the host word.
+  MESHCOMM_DEVICE_INLINE uint64_t poll() {
+    const uint64_t seen = device::loadAcquireGpu(mirror);
+    const uint64_t now = device::globalTimerNs();
+    const uint64_t last = device::loadRelaxedGpu(stamp);
+    if (now - last >= kHostPollIntervalNs && device::casRelaxedGpu(stamp, last, now) == last) {
+      const uint64_t fresh = device::loadAcquireSys(host);
+      device::redMaxReleaseGpu(mirror, fresh);
+      return fresh > seen ? fresh : seen;
+    }
+    __nanosleep(kMirrorPollPauseNs);
+    return seen;
+  }
+  // The mirror alone (no host read): a lower bound of the host word.
+  MESHCOMM_DEVICE_INLINE uint64_t known() const {
+    return device::loadAcquireGpu(mirror);
+  }
+#endif
+};
+
+struct FifoDeviceHandle {
+  ProxyTrigger* triggers;     // host-mapped ring
+  uint64_t* head;             // device memory: next position to claim
+  HostCounterMirror tail;     // positions < tail have been consumed by the proxy
+  HostCounterMirror flushed;  // positions < flushed have completed (advanced by the proxy on flush)
+  uint64_t size;              // power of two
   SpinContext spin;
 
 #if defined(__CUDACC__)
@@ -64,16 +97,14 @@ struct FifoDeviceHandle {
                                        uint64_t dstMemory, uint64_t srcOffset, uint64_t dstOffset,
                                        uint64_t bytes) {
     const uint64_t pos = device::fetchAddRelaxedGpu(head, 1);
-    if (!device::reached(*reinterpret_cast<volatile uint64_t*>(tailCache) + size, pos + 1)) {
-      bool ok = device::spinUntil(
+    if (!device::reached(tail.known() + size, pos + 1)) {
+      const bool ok = device::spinUntil(
           [&](uint64_t& seen) {
-            seen = device::loadAcquireSys(tail);
+            seen = tail.poll();
             return device::reached(seen + size, pos + 1);
           },
           spin, DeviceOp::FifoPush, pos + 1 - size);
       if (!ok) return ~0ull;
-      atomicMax(reinterpret_cast<unsigned long long*>(tailCache),
-                static_cast<unsigned long long>(device::loadRelaxedSys(tail)));
     }
     ProxyTrigger* slot = triggers + (pos & (size - 1));
     asm volatile("st.volatile.global.v2.u64 [%0], {%1,%2};" ::"l"(slot), "l"(srcOffset), "l"(dstOffset)
@@ -84,16 +115,13 @@ struct FifoDeviceHandle {
     return pos;
   }
 
-  // Acquire: waits until the proxy has completed everything up to and including `position`. The word lies in
-  // host memory: a pause between reads keeps many waiting blocks from filling the link with reads while the
-  // proxy's copies need it.
+  // Acquire: waits until the proxy has completed everything up to and including `position`.
   MESHCOMM_DEVICE_INLINE bool waitFlushed(uint64_t position) {
+    if (device::reached(flushed.known(), position + 1)) return true;
     return device::spinUntil(
         [&](uint64_t& seen) {
-          seen = device::loadAcquireSys(flushed);
-          if (device::reached(seen, position + 1)) return true;
-          __nanosleep(kFlushPollPauseNs);
-          return false;
+          seen = flushed.poll();
+          return device::reached(seen, position + 1);
         },
         spin, DeviceOp::FifoFlush, position + 1);
   }
