@@ -33,14 +33,15 @@ class HostPoll {
                     std::chrono::microseconds maxNap = std::chrono::microseconds(200))
       : start_(Clock::now()), hot_(hot), maxNap_(maxNap) {}
 
-  // One unsuccessful round: a pause instruction inside the hot window, a nap after it.
-  void pause() {
+  // One unsuccessful round: a pause instruction inside the hot window, a nap after it. True when it napped.
+  bool pause() {
     if (Clock::now() - start_ < hot_) {
       cpuRelax();
-      return;
+      return false;
     }
     std::this_thread::sleep_for(nap_);
     nap_ = std::min(nap_ * 2, maxNap_);
+    return true;
   }
 
   // Time since the wait began.

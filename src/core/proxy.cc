@@ -34,32 +34,12 @@ namespace meshcomm {
 
 namespace {
 
-// How long the proxy spins hot after its last piece of work, and how long it naps per idle round afterwards.
+// How long the proxy spins hot after its last piece of work, and its longest nap per idle round afterwards
+// (the first trigger after a long idle period waits at most about one nap).
 constexpr auto kHotSpin = std::chrono::microseconds(100);
 constexpr auto kNap = std::chrono::microseconds(10);
 // Triggers served before the proxy also looks at pending flushes.
 constexpr int kTriggerBatch = 64;
-
-// Keeps the proxy hot while work flows and frees the core once it stops: spins for kHotSpin after the last
-// work, then naps kNap per round (the first trigger after a long idle period waits at most about one nap).
-class IdleBackoff {
- public:
-  void workDone() { idleRounds_ = 0; }
-  // Returns true when it napped.
-  bool idle() {
-    if (idleRounds_++ == 0) idleSince_ = std::chrono::steady_clock::now();
-    if (idleRounds_ % 64 != 0 || std::chrono::steady_clock::now() - idleSince_ < kHotSpin) {
-      cpuRelax();
-      return false;
-    }
-    std::this_thread::sleep_for(kNap);
-    return true;
-  }
-
- private:
-  uint64_t idleRounds_ = 0;
-  std::chrono::steady_clock::time_point idleSince_{};
-};
 
 // Where the proxy thread's time went, logged at DEBUG when it stops: enough to tell host-side trigger cost
 // (copies, signals, flush bookkeeping) from waiting for work.
@@ -309,14 +289,14 @@ void ProxyService::Impl::run() {
   internal::prepareWorkerThread(device_);
   bindToGpuLocalCpus(device_);
   (void)prctl(PR_SET_TIMERSLACK, 1000UL);  // 1 us: naps stay short (the default slack is 50 us)
-  IdleBackoff backoff;
+  HostPoll idle(kHotSpin, kNap);           // restarted by every piece of work
   stats_ = ProxyStats{};
   while (!stopRequested_.load(std::memory_order_relaxed)) {
     const bool servedTriggers = serveTriggers();
     const bool completedFlushes = progressFlushes();
     if (servedTriggers || completedFlushes) {
-      backoff.workDone();
-    } else if (backoff.idle()) {
+      idle = HostPoll(kHotSpin, kNap);
+    } else if (idle.pause()) {
       ++stats_.naps;
     }
   }
