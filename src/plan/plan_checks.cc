@@ -12,25 +12,32 @@ namespace meshcomm::plan::detail {
 
 namespace {
 
+// Why a chunk reference must name the scratch buffer (completed to "<op> <reason>, got <buffer>").
+constexpr const char* kPacketsInScratch = "needs packets in scratch";
+// A port channel's proxy copies between the communicator's scratch buffers (registered memory).
+constexpr const char* kPortCopiesScratch =
+    "on a port channel moves scratch to the peer's scratch (its proxy copies registered memory only)";
+
 // Where an op's chunk reference lives and which buffer it may name.
 struct RefRule {
-  bool remote = false;       // in the channel's peer
-  bool scratchOnly = false;  // LL packets
+  bool remote = false;                // in the channel's peer
+  const char* scratchOnly = nullptr;  // set: the reference must name scratch, for this reason
 };
 
-RefRule srcRule(OpKind kind) {
-  if (kind == OpKind::Get) return {true, false};
-  if (kind == OpKind::UnpackPackets) return {false, true};
+RefRule srcRule(OpKind kind, bool portChannel) {
+  if (kind == OpKind::Get) return {true, nullptr};
+  if (kind == OpKind::UnpackPackets) return {false, kPacketsInScratch};
+  if (kind == OpKind::Put && portChannel) return {false, kPortCopiesScratch};
   return {};
 }
 
-RefRule dstRule(OpKind kind) {
-  if (kind == OpKind::Put) return {true, false};
-  if (kind == OpKind::PutPackets) return {true, true};
+RefRule dstRule(OpKind kind, bool portChannel) {
+  if (kind == OpKind::Put) return {true, portChannel ? kPortCopiesScratch : nullptr};
+  if (kind == OpKind::PutPackets) return {true, kPacketsInScratch};
   return {};
 }
 
-constexpr RefRule kPacketRule{false, true};
+constexpr RefRule kPacketRule{false, kPacketsInScratch};
 
 bool isPacketOp(OpKind kind) {
   return kind == OpKind::PutPackets || kind == OpKind::UnpackPackets || kind == OpKind::ReducePackets;
@@ -63,12 +70,12 @@ class OpChecker {
   void check() const {
     checkProtocol();
     if (has("channel")) checkChannel();
-    if (has("src")) checkRef(op_.src, memberPath(path_, "src"), srcRule(op_.kind));
-    if (has("dst")) checkRef(op_.dst, memberPath(path_, "dst"), dstRule(op_.kind));
+    const bool port = has("channel") && rank_.channels[op_.channel].type == ChannelType::Port;
+    if (has("src")) checkRef(op_.src, memberPath(path_, "src"), srcRule(op_.kind, port));
+    if (has("dst")) checkRef(op_.dst, memberPath(path_, "dst"), dstRule(op_.kind, port));
     if (has("srcs")) checkRefs(op_.srcs, "srcs", RefRule{}, op_.kind == OpKind::Reduce ? 2 : 0);
     if (has("packets")) checkRefs(op_.packets, "packets", kPacketRule, 1);
     if (has("threadblocks")) checkBarrier();
-    if (op_.kind == OpKind::Put && rank_.channels[op_.channel].type == ChannelType::Port) checkPortPut();
   }
 
  private:
@@ -97,21 +104,10 @@ class OpChecker {
            describeChannel(op_.channel, ch));
   }
 
-  // A port channel's proxy copies between the communicator's scratch buffers (registered memory): a put on
-  // one reads this rank's scratch and writes the peer's.
-  void checkPortPut() const {
-    for (const auto& [ref, field] : {std::make_pair(op_.src, "src"), std::make_pair(op_.dst, "dst")})
-      if (ref.buffer != BufferKind::Scratch)
-        fail(memberPath(memberPath(path_, field), "buffer"),
-             "put on a port channel moves scratch to the peer's scratch (its proxy copies registered "
-             "memory only), got ",
-             nameOf(kBufferNames, ref.buffer));
-  }
-
   void checkRef(const ChunkRef& ref, const std::string& path, RefRule rule) const {
     const char* buffer = nameOf(kBufferNames, ref.buffer);
-    if (rule.scratchOnly && ref.buffer != BufferKind::Scratch)
-      fail(memberPath(path, "buffer"), name(), " needs packets in scratch, got ", buffer);
+    if (rule.scratchOnly != nullptr && ref.buffer != BufferKind::Scratch)
+      fail(memberPath(path, "buffer"), name(), " ", rule.scratchOnly, ", got ", buffer);
     const RankPlan& owner = rule.remote ? plan_.ranks[rank_.channels[op_.channel].peer] : rank_;
     const std::string ownerName = rule.remote ? "rank " + std::to_string(owner.rank) + "'s " : "";
     const uint64_t count = chunkCount(plan_, owner, ref.buffer);
