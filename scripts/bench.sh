@@ -30,4 +30,4 @@ else
   fi
 fi
 exec "$build/tools/meshcomm-run" -n "$ngpu" -- "$build/tools/meshcomm-bench" -o all -d bfloat16 -b 1K -e 1G -f 4 \
-  --graph-max 16M -c 1 "${compare[@]}" "$@"
+  --graph-max 16M -c 1 --host-cost 500 "${compare[@]}" "$@"

@@ -5,7 +5,7 @@
 //        gather|scatter|alltoallv|sendrecv|all|OP,OP,...] [-b 8] [-e 1G] [-f 2] [-d bfloat16] [-r sum] [-n
 //        20]
 //        [-w 5] [-G] [--graph-max 16M] [--graph-launches 1] [-c 1] [--compare nccl] [--json FILE]
-//        [--algo NAME] [-v]
+//        [--algo NAME] [--register] [--as-group] [--host-cost CALLS] [-v]
 //
 // Definitions (nccl-tests, shared/reference/perf_anchors.md sections 7-8):
 // * size S (bytes, the "size" column): allreduce/broadcast/reduce/sendrecv: the buffer of one rank;
@@ -33,6 +33,9 @@
 //   timing method, out-of-place; NCCL_NVLS_ENABLE=0 unless set; columns nccl_us and ratio = nccl_us /
 //   meshcomm out-of-place us (> 1: meshcomm faster). alltoall(v), gather, scatter and sendrecv use grouped
 //   ncclSend/ncclRecv (as nccl-tests does).
+// * --host-cost CALLS: after an op's rows, host time per eager call at its smallest size (CALLS calls
+//   enqueued without synchronisation, median of 9 repeats, average over ranks), next to a bare
+//   cudaLaunchKernel of an empty kernel on the same stream: what the library adds to a launch.
 // Exit status: 0, 77 with fewer than 2 GPUs or ranks, 1 on errors, 2 on bad arguments.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -180,6 +183,7 @@ struct Options {
   bool registerBuffers = false;  // --register: Comm::registerBuffer on the buffer pools (zero-copy paths)
   bool asGroup = false;          // --as-group: alltoall(v), gather, scatter as nccl-tests' group of send/recv
   bool verbose = false;          // -v: every rank's timed repeats of every timing (rank 0 prints)
+  int hostCostCalls = 0;         // --host-cost CALLS: host time per eager call at the smallest size (0: off)
 };
 
 uint64_t parseBytes(const std::string& s) {
@@ -217,6 +221,12 @@ void usage() {
       "  --as-group       post alltoall, alltoallv, gather and scatter as nccl-tests does, one group of\n"
       "                   Comm::send/recv per call, instead of the collective (algo: the group's sendrecv\n"
       "                   algorithm); other ops are unchanged. Not with --algo\n"
+      "  --host-cost CALLS  after each op's rows, the host time per eager call at the smallest size: CALLS "
+      "calls\n"
+      "                   enqueued back to back (no synchronisation inside; keep CALLS under the launch\n"
+      "                   queue's depth, e.g. 500), median of 9 repeats, average over ranks; next to a bare\n"
+      "                   cudaLaunchKernel of an empty kernel on the same stream (and NCCL's call with\n"
+      "                   --compare nccl)\n"
       "  -v               also print every rank's timed repeats (us per iteration) of every timing, in the\n"
       "                   order taken (meshcomm out-of-place, in-place, NCCL)\n"
       "Time = average over ranks (nccl-tests -a 1) of host time from the first launch to stream completion "
@@ -308,6 +318,9 @@ Options parseArgs(int argc, char** argv) {
       o.registerBuffers = true;
     } else if (a == "--as-group") {
       o.asGroup = true;
+    } else if (a == "--host-cost") {
+      o.hostCostCalls = std::atoi(value().c_str());
+      if (o.hostCostCalls < 1) MESHCOMM_THROW(ErrorCode::InvalidUsage, "--host-cost CALLS must be >= 1");
     } else if (a == "-v") {
       o.verbose = true;
     } else if (a == "-h" || a == "--help") {
@@ -438,6 +451,9 @@ double preMulScalar(DataType t) {
   return isFloatType(t) ? 0.5 : 2.0;
 }
 
+// The floor of an eager call's host time: one launch of a kernel that does nothing.
+__global__ void emptyKernel() {}
+
 __global__ void fillCheckKernel(void* dst, uint64_t count, DataType t, ReduceOp op, int n, int r,
                                 bool reducing, uint64_t first) {
   for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < count;
@@ -544,6 +560,14 @@ std::optional<nccl::DataType> ncclType(DataType t, int version) {
 // ---------------------------------------------------------------------------------------------------------
 // The benchmark
 // ---------------------------------------------------------------------------------------------------------
+
+// Host time per eager call of one op at one size (--host-cost), us, average over ranks.
+struct HostCost {
+  Op op;
+  uint64_t size = 0;
+  int calls = 0;
+  double meshcommUs = std::nan(""), ncclUs = std::nan(""), launchUs = std::nan("");
+};
 
 struct Row {
   Op op;
@@ -1104,6 +1128,51 @@ class Bench {
       rows_.push_back(row);
       if (rank_ == 0) printRow(row);
     }
+    if (o_.hostCostCalls > 0) measureHostCost(op, sizes.front());
+  }
+
+  // Host us per call of `calls` enqueued back to back (after the stream drained and a barrier), median of 9
+  // repeats, average over ranks. Only the enqueueing is timed, not the GPU work.
+  double hostUsPerCall(int calls, const std::function<void(int)>& call) {
+    const double us = tools::medianTimedUs(
+        9, calls,
+        [&] {
+          MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+          comm_.communicator().bootstrap().barrier();
+        },
+        [&] {
+          for (int k = 0; k < calls; ++k) call(k);
+        });
+    MESHCOMM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    comm_.checkError();
+    return averageOverRanks(us);
+  }
+
+  void measureHostCost(Op op, uint64_t S) {
+    HostCost h;
+    h.op = op;
+    h.size = S;
+    h.calls = o_.hostCostCalls;
+    if (op == Op::AllToAllv) vCounts(S, sc_, sd_, rc_, rd_);
+    const uint64_t slot = (std::max(inBytes(op, S), outBytes(op, S)) + 255) / 256 * 256;
+    h.launchUs = hostUsPerCall(h.calls, [&](int) {
+      emptyKernel<<<1, 1, 0, stream_>>>();
+      MESHCOMM_CUDA_CHECK(cudaGetLastError());
+    });
+    h.meshcommUs =
+        hostUsPerCall(h.calls, [&](int k) { launchMeshcomm(op, S, buffers(op, S, slot, k, false)); });
+    if (o_.compareNccl && ncclSupports(op))
+      h.ncclUs = hostUsPerCall(h.calls, [&](int k) { launchNccl(op, S, buffers(op, S, slot, k, false)); });
+    hostCosts_.push_back(h);
+    if (rank_ != 0) return;
+    std::printf(
+        "# host us per eager call, %s %llu B (%d calls back to back, median of 9, average over ranks): "
+        "meshcomm %.2f",
+        opName(op), static_cast<unsigned long long>(S), h.calls, h.meshcommUs);
+    if (!std::isnan(h.ncclUs)) std::printf(" | NCCL %.2f", h.ncclUs);
+    std::printf(" | bare cudaLaunchKernel %.2f | meshcomm - launch %.2f\n", h.launchUs,
+                h.meshcommUs - h.launchUs);
+    std::fflush(stdout);
   }
 
   void printHeader() const {
@@ -1202,6 +1271,15 @@ class Bench {
                       {"ratio", tools::numberOrNull(std::isnan(r.ncclUs) ? r.ncclUs : r.ncclUs / r.oopUs)}});
     }
     j["rows"] = std::move(rows);
+    nlohmann::json hostCosts = nlohmann::json::array();
+    for (const HostCost& h : hostCosts_)
+      hostCosts.push_back({{"op", opName(h.op)},
+                           {"size", h.size},
+                           {"calls", h.calls},
+                           {"meshcomm_host_us", tools::numberOrNull(h.meshcommUs)},
+                           {"nccl_host_us", tools::numberOrNull(h.ncclUs)},
+                           {"launch_host_us", tools::numberOrNull(h.launchUs)}});
+    if (!hostCosts.empty()) j["host_cost"] = std::move(hostCosts);
     f << j.dump(1) << "\n";
   }
 
@@ -1220,6 +1298,7 @@ class Bench {
   std::vector<size_t> sc_, sd_, rc_, rd_;
   std::vector<P2POp> p2p_;  // makeArgs' group (sendrecv, --as-group)
   std::vector<Row> rows_;
+  std::vector<HostCost> hostCosts_;
   long long wrongTotal_ = 0;
   NcclApi nccl_;
   nccl::Comm ncclComm_ = nullptr;
