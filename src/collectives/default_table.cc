@@ -18,6 +18,10 @@
 // 12.2; scatter 1-64 KiB 3.2-3.5 vs 3.3-3.6) and, natively forced, on 2x H200 (gather 1 MiB
 // 5.1 vs 7.5 for gather_scratch, scatter 1 MiB 6.0 vs 6.7; gather 4 MiB 11.5 vs 11.0, so not there on 2).
 // bench/results/2026-11-22-h200x2-gather-scatter-stream.md.
+// allreduce_twoshot_ll and reduce_scatter_ll up to 1 MiB: at 1 MiB both were the fastest native algorithm of
+// their collective (registered buffers included) on 2x H100, 4x H200 and 4x H100; on 4x H100 against NCCL,
+// allreduce 1 MiB 1.05x (allreduce_rsag, chosen before: 0.82x), reduce_scatter 512 KiB / 1 MiB 1.14x / 1.12x
+// (reduce_scatter_scratch: 0.82x / 0.92x); bench/results/2026-11-27-h100x4-ops-host-cost.md.
 #include "collectives/default_table.hpp"
 
 namespace meshcomm {
@@ -27,10 +31,10 @@ const char* defaultSelectionTable() {
   {"collective": "allreduce", "max_bytes": 131072, "algorithm": "allreduce_oneshot_ll"},
   {"collective": "allreduce", "max_bytes": 262144, "world_size": 2, "algorithm": "allreduce_oneshot_ll"},
   {"collective": "allreduce", "max_bytes": 262144, "world_size": 4, "algorithm": "allreduce_oneshot_ll"},
-  {"collective": "allreduce", "max_bytes": 524288, "algorithm": "allreduce_twoshot_ll"},
-  {"collective": "allreduce", "min_bytes": 524289, "max_bytes": 16777216, "algorithm": "allreduce_zerocopy"},
+  {"collective": "allreduce", "max_bytes": 1048576, "algorithm": "allreduce_twoshot_ll"},
+  {"collective": "allreduce", "min_bytes": 1048577, "max_bytes": 16777216, "algorithm": "allreduce_zerocopy"},
   {"collective": "allreduce", "algorithm": "allreduce_rsag"},
-  {"collective": "reduce_scatter", "max_bytes": 262144, "algorithm": "reduce_scatter_ll"},
+  {"collective": "reduce_scatter", "max_bytes": 1048576, "algorithm": "reduce_scatter_ll"},
   {"collective": "reduce_scatter", "algorithm": "reduce_scatter_scratch"},
   {"collective": "reduce", "max_bytes": 524288, "algorithm": "reduce_direct"},
   {"collective": "reduce", "algorithm": "reduce_chain"},

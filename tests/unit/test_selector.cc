@@ -203,7 +203,7 @@ AlgorithmCollection defaultTableAlgorithms(const std::vector<std::string>& refus
 }
 
 // The built-in allreduce crossovers (names only: fake algorithms that accept every size): one-shot LL up to
-// 128 KiB, up to 256 KiB on 2 and 4 ranks, two-shot LL up to 512 KiB, then rsag (zero-copy, listed before it,
+// 128 KiB, up to 256 KiB on 2 and 4 ranks, two-shot LL up to 1 MiB, then rsag (zero-copy, listed before it,
 // declines every call here).
 TEST(SelectorSelect, DefaultTableAllReduceCrossovers) {
   const AlgorithmCollection algs = defaultTableAlgorithms({"allreduce_zerocopy"});
@@ -215,7 +215,24 @@ TEST(SelectorSelect, DefaultTableAllReduceCrossovers) {
     EXPECT_EQ(pick(128 << 10, n), "allreduce_oneshot_ll") << n;
     EXPECT_EQ(pick(256 << 10, n), n == 8 ? "allreduce_twoshot_ll" : "allreduce_oneshot_ll") << n;
     EXPECT_EQ(pick(512 << 10, n), "allreduce_twoshot_ll") << n;
-    EXPECT_EQ(pick(1 << 20, n), "allreduce_rsag") << n;
+    EXPECT_EQ(pick(1 << 20, n), "allreduce_twoshot_ll") << n;
+    EXPECT_EQ(pick(2 << 20, n), "allreduce_rsag") << n;  // unregistered: allreduce_zerocopy declines
+  }
+}
+
+// reduce_scatter LL up to a 1 MiB input (nccl-tests size), the scratch engine above.
+TEST(SelectorSelect, DefaultTableReduceScatterCrossover) {
+  const AlgorithmCollection algs = defaultTableAlgorithms({});
+  const Selector s = Selector::fromJson(defaultSelectionTable());
+  auto pick = [&](size_t bytes, int n) {
+    CollectiveArgs a = allReduceArgs(bytes / 4);
+    a.collective = Collective::ReduceScatter;
+    a.count = bytes / 4 / n;  // reduce_scatter counts the output of one rank
+    return s.select(a, topo(n), algs).algorithm->name();
+  };
+  for (int n : {2, 4, 8}) {
+    EXPECT_EQ(pick(1 << 20, n), "reduce_scatter_ll") << n;
+    EXPECT_EQ(pick(2 << 20, n), "reduce_scatter_scratch") << n;
   }
 }
 
