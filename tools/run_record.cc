@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 
 namespace meshcomm::tools {
@@ -22,6 +23,9 @@ std::string firstLineOf(const std::string& command) {
 }
 
 std::string sourceCommit() {
+  // A copy of the tree whose git metadata is not the measured commit's names it (as bench/torch's scripts).
+  if (const char* given = std::getenv("MESHCOMM_BENCH_COMMIT"); given != nullptr && *given != '\0')
+    return given;
   const std::string git = std::string("git -C '") + MESHCOMM_SOURCE_DIR + "' ";
   const std::string head = firstLineOf(git + "rev-parse --short HEAD 2>/dev/null");
   if (head.empty()) return "unknown";

@@ -10,8 +10,9 @@ namespace meshcomm::tools {
 // The command line as typed (arguments joined by spaces).
 std::string commandLine(int argc, char** argv);
 
-// {"tool", "date" (UTC, YYYY-MM-DD), "device", "ranks", "commit" (short hash, "+changes" for a dirty tree,
-// "unknown" outside a checkout), "command"}.
+// {"tool", "date" (UTC, YYYY-MM-DD), "device", "ranks", "commit" (MESHCOMM_BENCH_COMMIT when set and not
+// empty — a copy of the tree on another machine names the measured commit —, else the short hash of the
+// source tree, "+changes" for a dirty tree, "unknown" outside a checkout), "command"}.
 nlohmann::json runRecord(const std::string& tool, const std::string& device, int ranks,
                          const std::string& command);
 

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <regex>
 #include <string>
 
@@ -11,7 +13,32 @@
 namespace meshcomm::tools {
 namespace {
 
+// Sets an environment variable for one scope, restoring the previous value (or its absence) after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      ::setenv(name, value, 1);
+    } else {
+      ::unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      ::setenv(name_, old_->c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 TEST(RunRecord, CarriesToolDateDeviceRanksCommitAndCommand) {
+  const ScopedEnv noOverride("MESHCOMM_BENCH_COMMIT", nullptr);
   char a0[] = "meshcomm-bench", a1[] = "-b", a2[] = "8";
   char* argv[] = {a0, a1, a2};
   const std::string command = commandLine(3, argv);
@@ -28,6 +55,16 @@ TEST(RunRecord, CarriesToolDateDeviceRanksCommitAndCommand) {
                                std::regex(checkout ? R"([0-9a-f]{7,}(\+changes)?)" : "unknown")))
       << j["commit"];
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+// A copy of the tree without the measured commit's git metadata (a GPU machine's) names the commit.
+TEST(RunRecord, TheCommitVariableNamesTheMeasuredCommit) {
+  {
+    const ScopedEnv given("MESHCOMM_BENCH_COMMIT", "6a7e59a+table");
+    EXPECT_EQ(runRecord("meshcomm-bench", "dev", 2, "cmd")["commit"], "6a7e59a+table");
+  }
+  const ScopedEnv empty("MESHCOMM_BENCH_COMMIT", "");
+  EXPECT_NE(runRecord("meshcomm-bench", "dev", 2, "cmd")["commit"], "");
 }
 
 TEST(RunRecord, MissingMeasurementsAreNull) {
