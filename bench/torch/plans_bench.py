@@ -55,11 +55,15 @@ def graph_check(run_plan, run_native, x, out, ref):
     return ok
 
 
-def instance_counts(spec, name, num_ranks):
-    """The instance counts of --instances for one program, duplicates dropped."""
+def instance_counts(spec, name, num_ranks, report=print):
+    """The instance counts of --instances for one program, duplicates dropped; counts the program cannot
+    compile with (its blocks times the count above the executor's limit) are skipped with a line saying so."""
     sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
     counts = [programs.fill_instances(name, num_ranks, sms) if v == "fill" else int(v) for v in spec.split(",")]
-    return sorted(set(counts))
+    limit = programs.max_instances(name, num_ranks)
+    for k in sorted({k for k in counts if k > limit}):
+        report(f"{name} x{k}: skipped, at most x{limit} on {num_ranks} ranks (the executor's thread-block limit)")
+    return sorted({k for k in counts if k <= limit})
 
 
 def main():
@@ -91,7 +95,8 @@ def main():
             module = __import__(f"meshcomm.dsl.programs.{name}", fromlist=["supports"])
             if not module.supports(n):
                 continue
-            for k in instance_counts(args.instances, name, n):
+            quiet = lambda line: None  # noqa: E731  one rank reports
+            for k in instance_counts(args.instances, name, n, report=print if rank == 0 else quiet):
                 plan = programs.get(name)(n, instances=k).to_json()
                 plan["name"] = f"{name}_x{k}"
                 lo, hi = plan["min_message_size"], plan["max_message_size"]

@@ -492,6 +492,17 @@ def test_fill_instances_give_each_multiprocessor_one_block():
             assert blocks <= min(sms, 128) < blocks + per_instance, (name, sms, k, blocks)
 
 
+def test_max_instances_keep_the_blocks_within_the_executor_limit():
+    """The largest count a shipped program compiles with; one more is refused by the compiler."""
+    assert programs.max_instances("allreduce_twoshot", 2) == 128
+    assert programs.max_instances("allgather_port", 4) == 42  # three blocks an instance: 126
+    for name, _ in shipped(4):
+        k = programs.max_instances(name, 4)
+        programs.get(name)(4, instances=k).to_json()
+        with pytest.raises(dsl.DslError, match="thread blocks"):
+            programs.get(name)(4, instances=k + 1).to_json()
+
+
 # ---- the command line ------------------------------------------------------------------------------------
 
 def run_cli(*args):

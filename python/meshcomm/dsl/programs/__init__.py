@@ -37,12 +37,21 @@ def runs_in_place(name: str) -> bool:
     return getattr(importlib.import_module(f"{__name__}.{name}"), "IN_PLACE", True)
 
 
+def _blocks_per_instance(name: str, num_ranks: int) -> int:
+    plan = get(name)(num_ranks).to_json()
+    return max(len(r["threadblocks"]) for r in plan["ranks"])
+
+
+def max_instances(name: str, num_ranks: int) -> int:
+    """The largest instance count the shipped program compiles with: its blocks times the count stay within
+    the executor's MAX_THREAD_BLOCKS a rank."""
+    return max(1, MAX_THREAD_BLOCKS // _blocks_per_instance(name, num_ranks))
+
+
 def fill_instances(name: str, num_ranks: int, multiprocessors: int) -> int:
     """The instance count that gives the shipped program one CUDA block per multiprocessor (at most the
     executor's MAX_THREAD_BLOCKS a rank): a Simple program's bandwidth grows with its blocks."""
-    plan = get(name)(num_ranks).to_json()
-    blocks = max(len(r["threadblocks"]) for r in plan["ranks"])
-    return max(1, min(multiprocessors, MAX_THREAD_BLOCKS) // blocks)
+    return max(1, min(multiprocessors, MAX_THREAD_BLOCKS) // _blocks_per_instance(name, num_ranks))
 
 
 def compile_all(num_ranks: int) -> Dict[str, dict]:
