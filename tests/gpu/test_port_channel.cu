@@ -64,6 +64,33 @@ __global__ void manySmallPutsKernel(const PortChannelDeviceHandle* chans, PeerLi
   ch.flush();
 }
 
+// Thread i: a signal to peer i, then the wait for its signal. Before puts: the peers' receive buffers are
+// poisoned (stream order on each rank); after flushed puts: every rank's puts to this one have landed.
+__global__ void handshakeKernel(const PortChannelDeviceHandle* chans, PeerList peers) {
+  const int i = threadIdx.x;
+  if (i >= peers.n) return;
+  PortChannelDeviceHandle ch = chans[i];
+  ch.signal();
+  ch.wait();
+}
+
+// Block b moves its share of the `size` bytes for every peer (thread i: peer i) in `piecesPerBlock` puts,
+// then flushes: every block of the grid waits on the one FIFO's flush word (and, with more triggers than the
+// FIFO holds, for space) at the same time.
+__global__ void manyBlocksPutFlushKernel(const PortChannelDeviceHandle* chans, PeerList peers, int me,
+                                         uint64_t slot, uint64_t size, uint64_t piecesPerBlock) {
+  const int i = threadIdx.x;
+  if (i >= peers.n) return;
+  PortChannelDeviceHandle ch = chans[i];
+  const int peer = peers.rank[i];
+  const uint64_t share = (size + gridDim.x - 1) / gridDim.x;
+  const uint64_t begin = min(size, blockIdx.x * share), end = min(size, begin + share);
+  const uint64_t piece = (end - begin + piecesPerBlock - 1) / piecesPerBlock;
+  for (uint64_t off = begin; off < end; off += piece)
+    ch.put(me * slot + off, peer * slot + off, min(piece, end - off));
+  ch.flush();
+}
+
 class PortChannelTest : public GpuTest, public ::testing::WithParamInterface<Transport> {
  protected:
   bool tcp() const { return GetParam() == Transport::Tcp; }
@@ -178,6 +205,39 @@ TEST_F(PortChannelFifoTest, ManySmallPutsWrapTheFifo) {
   BufferChecker checker;
   CheckReport r = checker.check(stream(), recv.data(), x.expected(worldSize(), rank(), peers, testSeed(), 0));
   EXPECT_TRUE(r.ok()) << kPieces << " pieces (" << total << " bytes) per peer: " << r.describe();
+}
+
+// 64 blocks put their shares to every peer (8 puts each) and flush at once: more triggers than the FIFO holds
+// (pushers wait for space) and 64 waiters on the flush word, all served through the GPU-memory mirrors of the
+// proxy's counters; the data is checked.
+TEST_F(PortChannelFifoTest, ManyBlocksPutAndFlushAtOnce) {
+  constexpr int kBlocks = 64;
+  constexpr uint64_t kPiecesPerBlock = 8;
+  const std::vector<int> peers = allPeers(comm());
+  ASSERT_GT(static_cast<int64_t>(kBlocks * (kPiecesPerBlock + 1)), envInt("MESHCOMM_FIFO_SIZE"))
+      << "the blocks must push more triggers than the FIFO holds";
+  const uint64_t size = (4ull << 20) + 12345, slot = size + 16;
+  auto& send = keep<RegisteredBuffer>(comm(), worldSize() * slot);
+  auto& recv = keep<RegisteredBuffer>(comm(), worldSize() * slot);
+  auto& mesh = keep<PortChannelMesh>(comm(), peers, recv.memory, send.memory, tag(0));
+
+  SlotExchange x;  // one round: `size` bytes per peer, unshifted
+  x.slotBytes = slot;
+  x.size = size;
+  x.poison = static_cast<uint8_t>(Rng(testSeed() ^ 0xB10C).next());
+  x.prepare(stream(), send.data(), recv.data(), worldSize(), rank(), peers, testSeed(), 0);
+  handshakeKernel<<<1, 32, 0, stream()>>>(mesh.handles(), mesh.peerList());
+  MESHCOMM_TEST_CHECK_LAUNCH();
+  manyBlocksPutFlushKernel<<<kBlocks, 32, 0, stream()>>>(mesh.handles(), mesh.peerList(), rank(), slot, size,
+                                                         kPiecesPerBlock);
+  MESHCOMM_TEST_CHECK_LAUNCH();
+  handshakeKernel<<<1, 32, 0, stream()>>>(mesh.handles(), mesh.peerList());
+  MESHCOMM_TEST_CHECK_LAUNCH();
+  syncAndCheck();
+  mesh.proxy().checkError();
+  BufferChecker checker;
+  CheckReport r = checker.check(stream(), recv.data(), x.expected(worldSize(), rank(), peers, testSeed(), 0));
+  EXPECT_TRUE(r.ok()) << kBlocks << " blocks x " << kPiecesPerBlock << " puts per peer: " << r.describe();
 }
 
 }  // namespace
