@@ -693,6 +693,13 @@ class Bench {
     }
   }
 
+  // Sets up size S of op (alltoallv's per-peer counts) and returns the pools' slot: the bytes between the
+  // rotating iterations' buffers.
+  uint64_t prepareSize(Op op, uint64_t S) {
+    if (op == Op::AllToAllv) vCounts(S, sc_, sd_, rc_, rd_);
+    return (std::max(inBytes(op, S), outBytes(op, S)) + 255) / 256 * 256;
+  }
+
   // Collective when --register is given (every rank grows its pools at the same sizes).
   void ensurePools(uint64_t bytes) {
     if (bytes <= poolBytes_) return;
@@ -1102,8 +1109,7 @@ class Bench {
       row.count = S / es_;
       row.root = isRooted(op) ? o_.root : -1;
       row.graph = S <= o_.graphMax;
-      if (op == Op::AllToAllv) vCounts(S, sc_, sd_, rc_, rd_);
-      const uint64_t slot = (std::max(inBytes(op, S), outBytes(op, S)) + 255) / 256 * 256;
+      const uint64_t slot = prepareSize(op, S);
       try {
         const Call c0 = buffers(op, S, slot, 0, false);
         if (const Selection sel = comm_.select(makeArgs(op, S, c0, row.graph)); sel.algorithm)
@@ -1153,8 +1159,7 @@ class Bench {
     h.op = op;
     h.size = S;
     h.calls = o_.hostCostCalls;
-    if (op == Op::AllToAllv) vCounts(S, sc_, sd_, rc_, rd_);
-    const uint64_t slot = (std::max(inBytes(op, S), outBytes(op, S)) + 255) / 256 * 256;
+    const uint64_t slot = prepareSize(op, S);
     h.launchUs = hostUsPerCall(h.calls, [&](int) {
       emptyKernel<<<1, 1, 0, stream_>>>();
       MESHCOMM_CUDA_CHECK(cudaGetLastError());

@@ -91,12 +91,12 @@ def main():
     with meshcomm.Comm.from_env(device=local_rank) as comm:
         rank, n = comm.rank, comm.size
         executor = meshcomm.Executor(comm)
+        report = print if rank == 0 else (lambda line: None)  # one rank prints
         for name in names:
             module = __import__(f"meshcomm.dsl.programs.{name}", fromlist=["supports"])
             if not module.supports(n):
                 continue
-            quiet = lambda line: None  # noqa: E731  one rank reports
-            for k in instance_counts(args.instances, name, n, report=print if rank == 0 else quiet):
+            for k in instance_counts(args.instances, name, n, report=report):
                 plan = programs.get(name)(n, instances=k).to_json()
                 plan["name"] = f"{name}_x{k}"
                 lo, hi = plan["min_message_size"], plan["max_message_size"]

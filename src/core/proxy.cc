@@ -42,7 +42,8 @@ constexpr auto kNap = std::chrono::microseconds(10);
 constexpr int kTriggerBatch = 64;
 
 // Where the proxy thread's time went, logged at DEBUG when it stops: enough to tell host-side trigger cost
-// (copies, signals, flush bookkeeping) from waiting for work.
+// (copies, signals, flush requests) from waiting for work. Flush polling counts every look at pending
+// flushes, also the one each flush request ends with (so it overlaps the flush requests' time).
 struct ProxyStats {
   uint64_t triggers = 0, writes = 0, bytes = 0, signals = 0, flushes = 0, naps = 0;
   uint64_t writeNs = 0, signalNs = 0, flushNs = 0, progressNs = 0;
@@ -51,6 +52,14 @@ struct ProxyStats {
   static uint64_t since(std::chrono::steady_clock::time_point t) {
     return static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t).count());
+  }
+  // Runs work(), adding its host time to `ns` and one to `count`.
+  template <typename Work>
+  static void timed(uint64_t& ns, uint64_t& count, Work&& work) {
+    const auto begin = std::chrono::steady_clock::now();
+    work();
+    ns += since(begin);
+    ++count;
   }
   std::string summary() const {
     auto us = [](uint64_t ns) { return static_cast<double>(ns) / 1e3; };
@@ -327,25 +336,16 @@ void ProxyService::Impl::execute(const ProxyTrigger& trigger, uint64_t position)
   const Channel& channel = channels_[t.channel];
   ++stats_.triggers;
   if ((t.type & kTriggerData) != 0 && t.bytes > 0) {
-    const auto begin = std::chrono::steady_clock::now();
-    channel.connection->write(memories_[t.dstMemory].memory, t.dstOffset, memories_[t.srcMemory].memory,
-                              t.srcOffset, t.bytes);
-    stats_.writeNs += ProxyStats::since(begin);
-    ++stats_.writes;
+    ProxyStats::timed(stats_.writeNs, stats_.writes, [&] {
+      channel.connection->write(memories_[t.dstMemory].memory, t.dstOffset, memories_[t.srcMemory].memory,
+                                t.srcOffset, t.bytes);
+    });
     stats_.bytes += t.bytes;
   }
-  if ((t.type & kTriggerSignal) != 0) {
-    const auto begin = std::chrono::steady_clock::now();
-    channel.semaphore->signal();  // same connection: lands after the write
-    stats_.signalNs += ProxyStats::since(begin);
-    ++stats_.signals;
-  }
-  if ((t.type & kTriggerFlush) != 0) {
-    const auto begin = std::chrono::steady_clock::now();
-    startFlush(channel, position);
-    stats_.flushNs += ProxyStats::since(begin);
-    ++stats_.flushes;
-  }
+  if ((t.type & kTriggerSignal) != 0)  // same connection: lands after the write
+    ProxyStats::timed(stats_.signalNs, stats_.signals, [&] { channel.semaphore->signal(); });
+  if ((t.type & kTriggerFlush) != 0)
+    ProxyStats::timed(stats_.flushNs, stats_.flushes, [&] { startFlush(channel, position); });
 }
 
 void ProxyService::Impl::startFlush(const Channel& channel, uint64_t position) {

@@ -72,18 +72,25 @@ __device__ bool awaitAllCredits(const LowLatencyView& v, uint64_t credits, uint6
   return ok;
 }
 
+// Block-wide: counts this block on `counter` (which runs on over launches of one grid size) after a system
+// fence by thread 0 over the block's earlier accesses; true in every thread of the launch's last block to
+// arrive.
+__device__ bool lastBlockToArrive(uint64_t* counter) {
+  __shared__ bool last;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    last = (atomicAdd(reinterpret_cast<unsigned long long*>(counter), 1ull) + 1) % gridDim.x == 0;
+  }
+  __syncthreads();
+  return last;
+}
+
 // The last block to finish a receive phase stores the credit `e` for its half into every peer's region (the
 // receives of the two halves may run in either order, even concurrently: each half counts its own blocks).
 __device__ void finishReceive(const LowLatencyView& v, int op, uint64_t credits, uint64_t e) {
-  uint64_t* done = v.receivesDone + 2 * op + (e & 1);
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    __threadfence_system();  // this block's reads of the half are done before it counts itself
-    last = (atomicAdd(reinterpret_cast<unsigned long long*>(done), 1ull) + 1) % gridDim.x == 0;
-  }
-  __syncthreads();
-  if (last && threadIdx.x < v.size) {
+  // this block's reads of the half are done before it counts itself
+  if (lastBlockToArrive(v.receivesDone + 2 * op + (e & 1)) && threadIdx.x < v.size) {
     __threadfence_system();
     device::storeReleaseSys(
         word(v.regions[threadIdx.x], credits, static_cast<int>(e & 1) * kMaxRanks + v.rank), e);
@@ -408,13 +415,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // The last block to finish publishes the epoch in every rank's ready word of each of this rank's experts
     // (the other blocks' rows are ordered before it by their system fence and the count).
     __threadfence_system();
-    __syncthreads();
-    __shared__ bool lastBlock;
-    if (threadIdx.x == 0)
-      lastBlock =
-          (atomicAdd(reinterpret_cast<unsigned long long*>(v.combineSendsDone), 1ull) + 1) % gridDim.x == 0;
-    __syncthreads();
-    if (lastBlock) {
+    if (lastBlockToArrive(v.combineSendsDone)) {
       __threadfence_system();
       for (int w = threadIdx.x; w < El * R; w += blockDim.x) {
         const int el = w / R, j = w % R;
