@@ -27,6 +27,15 @@ class CudaDeviceGuard {
 // copy runs on a private non-blocking stream, so no other work is waited for.
 void copyToDevice(void* dst, const void* src, size_t bytes);
 
+// Loads every kernel of the CUDA module holding `kernel` (a __global__ function of this process's CUDA
+// runtime; without relocatable device code a module is one .cu translation unit) into the current device's
+// context and returns the number of kernels loaded. Under CUDA lazy loading (CUDA_MODULE_LOADING=LAZY, the
+// default) a kernel's first launch synchronizes the context: it waits for every running kernel, and work
+// that other threads enqueue meanwhile, PortChannel proxies' copies and signals included, waits behind it.
+// Load a module before launching a kernel that waits on a PortChannel when kernels of that module are
+// launched after it. meshcomm's own kernels are loaded by every Communicator. Throws Error(CudaError).
+unsigned loadKernelModuleOf(const void* kernel);
+
 enum class GpuMemoryKind {
   CudaMalloc,  // cudaMalloc: shared with peers through cudaIpc handles
   CuMem,       // cuMemCreate (VMM) with POSIX-fd export: shared as file descriptors over a unix socket

@@ -46,6 +46,11 @@ CuDriver load() {
   MESHCOMM_CU_LOAD(cuMemUnmap)
   MESHCOMM_CU_LOAD(cuMemSetAccess)
   MESHCOMM_CU_LOAD(cuStreamWriteValue64)
+  MESHCOMM_CU_LOAD(cuModuleGetLoadingMode)
+  MESHCOMM_CU_LOAD(cuKernelGetLibrary)
+  MESHCOMM_CU_LOAD(cuKernelGetFunction)
+  MESHCOMM_CU_LOAD(cuLibraryGetKernelCount)
+  MESHCOMM_CU_LOAD(cuLibraryEnumerateKernels)
 #undef MESHCOMM_CU_LOAD
   return d;
 }

@@ -28,6 +28,11 @@ struct CuDriver {
   MESHCOMM_CU_FN(cuMemUnmap)
   MESHCOMM_CU_FN(cuMemSetAccess)
   MESHCOMM_CU_FN(cuStreamWriteValue64)
+  MESHCOMM_CU_FN(cuModuleGetLoadingMode)
+  MESHCOMM_CU_FN(cuKernelGetLibrary)
+  MESHCOMM_CU_FN(cuKernelGetFunction)
+  MESHCOMM_CU_FN(cuLibraryGetKernelCount)
+  MESHCOMM_CU_FN(cuLibraryEnumerateKernels)
 #undef MESHCOMM_CU_FN
 };
 

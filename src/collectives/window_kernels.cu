@@ -4,6 +4,7 @@
 #include "collectives/window_kernels.cuh"
 #include "meshcomm/device/copy.hpp"
 #include "meshcomm/errors.hpp"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::window {
 
@@ -50,3 +51,5 @@ void launchWait(const MemoryDevice2DeviceSemaphoreDeviceHandle& semaphore, cudaS
 }
 
 }  // namespace meshcomm::window
+
+MESHCOMM_KERNEL_MODULE()

@@ -11,6 +11,7 @@
 #include "base/bounded_text.hpp"
 #include "base/logging.hpp"
 #include "core/communicator_impl.hpp"
+#include "base/kernel_modules.hpp"
 #include "core/fd_broker.hpp"
 #include "core/peer_mapping_cache.hpp"
 #include "meshcomm/env.hpp"
@@ -137,6 +138,9 @@ Communicator::Impl::Impl(std::shared_ptr<Bootstrap> bootstrapIn, int cudaDevice)
   requireValidLogLevel();
   CudaDeviceGuard guard(device);
   errorReport_ = HostMappedBuffer(sizeof(DeviceErrorReport));
+  // Before any meshcomm kernel runs here: a lazy first-time load of one of them while another waits on a
+  // peer or a proxy would stall that wait (base/kernel_modules.hpp).
+  internal::loadRegisteredKernelModules(device);
   MESHCOMM_LOG(INFO, who(), ": communicator on device ", device, " (", size, " ranks, transport ",
                forceTcp ? "tcp" : "auto", ", device timeout ", deviceTimeoutNs / 1000000ull, " ms)");
 }

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "base/kernel_modules.hpp"
 #include "base/logging.hpp"
 #include "core/append_only_table.hpp"
 #include "core/fifo.hpp"
@@ -127,6 +128,7 @@ class ProxyService::Impl {
   MemoryId addMemory(RegisteredMemory mem);
   PortChannel portChannel(SemaphoreId sem, MemoryId dst, MemoryId src) const;
   void start();
+  void warnOnceUnderLazyLoading() const;
   void stop();
   void checkError() const;
 
@@ -262,7 +264,24 @@ void ProxyService::Impl::start() {
         "ProxyService");
   }
   stopRequested_.store(false);
+  warnOnceUnderLazyLoading();
   thread_ = std::thread([this] { threadMain(); });
+}
+
+// The proxy's copies and signals are stream work: under lazy loading, a kernel of the process loaded for the
+// first time while a PortChannel kernel waits on them holds them back until that kernel's device timeout.
+void ProxyService::Impl::warnOnceUnderLazyLoading() const {
+  static std::once_flag once;
+  std::call_once(once, [this] {
+    if (!internal::lazyKernelLoading()) return;
+    MESHCOMM_LOG(
+        WARN, "rank ", rank_,
+        ": a PortChannel proxy runs under CUDA lazy loading (CUDA_MODULE_LOADING=LAZY, the default): "
+        "the first launch of a kernel synchronizes the context, so a kernel launched for the first "
+        "time while a PortChannel kernel waits stalls the proxy's copies until the device timeout. "
+        "meshcomm's kernels are preloaded; load your own with meshcomm::loadKernelModuleOf(kernel), "
+        "warm them up before communicating, or set CUDA_MODULE_LOADING=EAGER");
+  });
 }
 
 void ProxyService::Impl::stop() {

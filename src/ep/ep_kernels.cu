@@ -15,6 +15,7 @@
 #include "meshcomm/device/atomics.hpp"
 #include "meshcomm/device/copy.hpp"
 #include "meshcomm/errors.hpp"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::ep::kernels {
 
@@ -828,3 +829,5 @@ void launchCombine(const KernelView& v, const CombineInputs& in, const Shape& sh
 }
 
 }  // namespace meshcomm::ep::kernels
+
+MESHCOMM_KERNEL_MODULE()

@@ -14,6 +14,7 @@
 #include "meshcomm/device/atomics.hpp"
 #include "meshcomm/device/copy.hpp"
 #include "meshcomm/errors.hpp"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::ep::ll {
 
@@ -510,3 +511,5 @@ void launchCombine(const LowLatencyView& v, const LowLatencyCombineArgs& a, cons
 }
 
 }  // namespace meshcomm::ep::ll
+
+MESHCOMM_KERNEL_MODULE()

@@ -17,6 +17,7 @@
 #include "meshcomm/device/copy.hpp"
 #include "plan/device_plan.hpp"
 #include "plan/plan_peer_buffers.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::plan {
 namespace {
@@ -393,3 +394,5 @@ bool launchPlan(const PlanLaunch& launch, int blocks, int threads, DataType dtyp
 }
 
 }  // namespace meshcomm::plan
+
+MESHCOMM_KERNEL_MODULE()

@@ -226,6 +226,9 @@ TEST_F(PortChannelFifoTest, ManyBlocksPutAndFlushAtOnce) {
   x.size = size;
   x.poison = static_cast<uint8_t>(Rng(testSeed() ^ 0xB10C).next());
   x.prepare(stream(), send.data(), recv.data(), worldSize(), rank(), peers, testSeed(), 0);
+  // The put kernel is launched while the handshake waits on the proxy: under lazy loading its first launch
+  // would synchronize the context and hold the proxy's signal back until the device timeout.
+  EXPECT_GE(loadKernelModuleOf(reinterpret_cast<const void*>(&manyBlocksPutFlushKernel)), 2u);
   handshakeKernel<<<1, 32, 0, stream()>>>(mesh.handles(), mesh.peerList());
   MESHCOMM_TEST_CHECK_LAUNCH();
   manyBlocksPutFlushKernel<<<kBlocks, 32, 0, stream()>>>(mesh.handles(), mesh.peerList(), rank(), slot, size,

@@ -5,6 +5,7 @@
 
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::movement {
 namespace {
@@ -28,3 +29,5 @@ std::shared_ptr<Algorithm> makeAllGatherScratch() {
 }
 
 }  // namespace meshcomm::movement
+
+MESHCOMM_KERNEL_MODULE()

@@ -2,6 +2,7 @@
 // packet region; every rank reduces all ranks' data in rank order (its own input read locally). One kernel,
 // no semaphores: latency = one packet hop. Small messages (default up to 256 KiB). See ll_reduce.cuh.
 #include "collectives/algorithms/ll_reduce.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 
@@ -13,3 +14,5 @@ std::shared_ptr<Algorithm> makeAllreduceOneshotLL() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

@@ -3,6 +3,7 @@
 // into every peer's scratch, peers copy it out; double-buffered rounds, one channel per block.
 // See scratch_pipeline.cuh for the data flow, signals and scratch-reuse argument.
 #include "collectives/algorithms/scratch_pipeline.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 
@@ -12,3 +13,5 @@ std::shared_ptr<Algorithm> makeAllreduceRsag() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

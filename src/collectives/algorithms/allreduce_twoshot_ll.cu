@@ -3,6 +3,7 @@
 // into every peer's result area; peers unpack. Mid sizes (default up to 4 MiB, capped by the packet
 // budget). Needs at least 16*nRanks bytes (non-empty segments). See ll_reduce.cuh.
 #include "collectives/algorithms/ll_reduce.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 
@@ -14,3 +15,5 @@ std::shared_ptr<Algorithm> makeAllreduceTwoshotLL() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

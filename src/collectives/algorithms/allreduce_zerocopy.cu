@@ -21,6 +21,7 @@
 
 #include "collectives/algorithms/reduction_common.cuh"
 #include "meshcomm/buffer_registry.hpp"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 namespace {
@@ -206,3 +207,5 @@ std::shared_ptr<Algorithm> makeAllreduceZeroCopy() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

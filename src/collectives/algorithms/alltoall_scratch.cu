@@ -16,6 +16,7 @@
 #include "collectives/algorithms/alltoall_plan.cuh"
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::movement {
 namespace {
@@ -83,3 +84,5 @@ std::shared_ptr<Algorithm> makeAllToAllvScratch() {
 }
 
 }  // namespace meshcomm::movement
+
+MESHCOMM_KERNEL_MODULE()

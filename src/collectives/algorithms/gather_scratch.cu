@@ -6,6 +6,7 @@
 
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::movement {
 namespace {
@@ -32,3 +33,5 @@ std::shared_ptr<Algorithm> makeGatherScratch() {
 }
 
 }  // namespace meshcomm::movement
+
+MESHCOMM_KERNEL_MODULE()

@@ -2,6 +2,7 @@
 // sendrecv_ll's even exchanges (the same kernel speaking the LL stream protocol, ll_stream.cu).
 #include "collectives/algorithms/ll_stream.hpp"
 #include "collectives/algorithms/movement_common.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::movement {
 namespace {
@@ -116,3 +117,5 @@ void LLExchangeAlgorithm::launch(CommResources& resources, const CollectiveArgs&
 }
 
 }  // namespace meshcomm::movement
+
+MESHCOMM_KERNEL_MODULE()

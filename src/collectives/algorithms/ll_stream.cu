@@ -25,6 +25,7 @@
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
 #include "collectives/algorithms/strided_group.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::movement {
 namespace {
@@ -378,3 +379,5 @@ std::shared_ptr<Algorithm> makeAllToAllvLL() {
 }
 
 }  // namespace meshcomm::movement
+
+MESHCOMM_KERNEL_MODULE()

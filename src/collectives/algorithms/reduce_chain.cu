@@ -17,6 +17,7 @@
 
 #include "collectives/algorithms/engine_streams.cuh"
 #include "collectives/algorithms/reduction_common.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 namespace {
@@ -135,3 +136,5 @@ std::shared_ptr<Algorithm> makeReduceChain() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

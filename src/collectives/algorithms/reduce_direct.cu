@@ -35,6 +35,7 @@
 
 #include "collectives/algorithms/reduction_common.cuh"
 #include "meshcomm/device/atomics.hpp"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 namespace {
@@ -231,3 +232,5 @@ std::shared_ptr<Algorithm> makeReduceDirect() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

@@ -2,6 +2,7 @@
 // region; rank p reduces chunk p of all ranks in rank order (its own chunk read locally) into its output.
 // Small messages (default up to 512 KiB per rank, capped by the packet budget). See ll_reduce.cuh.
 #include "collectives/algorithms/ll_reduce.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 
@@ -12,3 +13,5 @@ std::shared_ptr<Algorithm> makeReduceScatterLL() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

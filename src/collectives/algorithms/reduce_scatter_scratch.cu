@@ -2,6 +2,7 @@
 // rank p's scratch (double-buffered rounds, one channel per block); rank p reduces in rank order (its own
 // chunk from local memory) into its output. See scratch_pipeline.cuh.
 #include "collectives/algorithms/scratch_pipeline.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 
@@ -11,3 +12,5 @@ std::shared_ptr<Algorithm> makeReduceScatterScratch() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

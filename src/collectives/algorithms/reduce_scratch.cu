@@ -4,6 +4,7 @@
 // and receives the message size once (the root receives only the results), instead of (n-1) times for a
 // root that receives every input. See scratch_pipeline.cuh.
 #include "collectives/algorithms/scratch_pipeline.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::reduction {
 
@@ -12,3 +13,5 @@ std::shared_ptr<Algorithm> makeReduceScratch() {
 }
 
 }  // namespace meshcomm::reduction
+
+MESHCOMM_KERNEL_MODULE()

@@ -13,6 +13,7 @@
 
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::movement {
 namespace {
@@ -141,3 +142,5 @@ std::shared_ptr<Algorithm> makeScatterLL() {
 }
 
 }  // namespace meshcomm::movement
+
+MESHCOMM_KERNEL_MODULE()

@@ -13,6 +13,7 @@
 #include "collectives/algorithms/movement_algorithms.hpp"
 #include "collectives/algorithms/movement_common.cuh"
 #include "collectives/algorithms/strided_group.cuh"
+#include "base/kernel_modules.hpp"
 
 namespace meshcomm::movement {
 namespace {
@@ -40,3 +41,5 @@ std::shared_ptr<Algorithm> makeSendRecvScratch() {
 }
 
 }  // namespace meshcomm::movement
+
+MESHCOMM_KERNEL_MODULE()
