@@ -39,11 +39,6 @@ constexpr int kRecordSlices = 8;
 // otherwise compete with the arriving rows for the memory system.
 constexpr unsigned kRecordPollPauseNs = 128;
 
-// The LL flag of epoch e: never 0 (fresh or zeroed memory never matches).
-__device__ __forceinline__ uint32_t flagOf(uint64_t e) {
-  return static_cast<uint32_t>((e - 1) % 0xFFFFFFFFull) + 1;
-}
-
 // Acquire wait until the counter at `p` (stored with release) reaches `expected`; false on timeout or abort
 // (reported through ctx as `op`).
 __device__ bool awaitCount(const uint64_t* p, uint64_t expected, const SpinContext& ctx, DeviceOp op) {
@@ -155,7 +150,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     dispatchSendKernel(KernelView v, DispatchInputs in, Shape shape) {
   const int R = v.size, me = v.rank, El = shape.numExperts / R;
   const uint64_t e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
-  const uint32_t flag = flagOf(e);
+  const uint32_t flag = llPacketFlag(e);
   const int countWords = R + El + 1;
   const int countPackets = (countWords + 1) / 2;
   __shared__ int32_t M[kMaxRanks][kMaxRanks + 1];  // M[s][d]: tokens s sends d; M[s][R]: s's tokens
@@ -376,7 +371,7 @@ __global__ void __launch_bounds__(kReceiveThreads, 1)
   constexpr int kReceiveWarps = kReceiveThreads / 32;
   const int R = v.size, me = v.rank, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const uint64_t e = beginEpoch(v.receiveEpoch, v.receiveStarted);
-  const uint32_t flag = flagOf(e);
+  const uint32_t flag = llPacketFlag(e);
   __shared__ bool ok;
   if (threadIdx.x == 0) ok = awaitCount(v.countsEpoch, e, v.spin[me], DeviceOp::EpDispatchWait);
   __syncthreads();
@@ -691,7 +686,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     combineKernel(KernelView v, CombineInputs in, Shape shape, CombineOutputs out) {
   const int R = v.size, me = v.rank, warp = threadIdx.x / 32;
   const uint64_t e = beginEpoch(v.combineEpoch, v.combineStarted);
-  const uint32_t flag = flagOf(e);
+  const uint32_t flag = llPacketFlag(e);
   const SlabLayout sl = SlabLayout::of(shape);
   const int64_t slabTokens =
       static_cast<int64_t>(v.layout.slabsBytes / (static_cast<uint64_t>(R) * sl.stride));

@@ -6,7 +6,7 @@
 //   SlabLayout::stride]
 //
 // A dispatch record [s][b][r] is round r of sender block b of rank s: its row range in this rank's dispatch
-// rows (an LL packet: begin, end, flag = the call's epoch), written after the round's rows.
+// rows (an LL packet: begin, end, flag = llPacketFlag of the call's epoch), written after the round's rows.
 //
 // A dispatch row: [x: hiddenBytes][topkIdx: topk x i64][weights: topk x f32][scales: scales x f32][srcIdx:
 // i32], padded to 16 bytes. A combine slab row: [y: hiddenBytes][weights: topk x f32][flag: u64 at an 8-byte

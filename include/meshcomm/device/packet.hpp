@@ -10,6 +10,14 @@
 
 namespace meshcomm {
 
+// The packet flag of epoch `e` (a count of a packet buffer's uses), the one formula of every LL protocol:
+// never 0 (fresh or zeroed memory never matches) nor 0xFFFFFFFF (nor memory filled with 0xff bytes), and
+// different for e, e + 1 and e + 2, so a reuse of a buffer or of one of its two halves never matches what the
+// previous use left there.
+MESHCOMM_HOST_DEVICE_INLINE uint32_t llPacketFlag(uint64_t e) {
+  return static_cast<uint32_t>(e % 0xFFFFFFFEull) + 1u;
+}
+
 // 16 bytes = {data1, flag1, data2, flag2}: carries 8 payload bytes. Each (data, flag) half is itself an
 // 8-byte unit, so the packet stays valid even where a transport splits the 16-byte store in two.
 struct alignas(16) LL16Packet {

@@ -44,11 +44,12 @@ __global__ void __launch_bounds__(kLLThreads)
       off = pk0 * LL16Packet::kPayloadBytes;
       len = minU(bytes, pk1 * LL16Packet::kPayloadBytes) - off;
       auto* dst = reinterpret_cast<LL16Packet*>(out) + kHead + pk0;
-      device::putPackets(dst, input + static_cast<uint64_t>(role.peer) * srcStride + off, len, llFlag(epoch),
-                         threadIdx.x, blockDim.x);
+      device::putPackets(dst, input + static_cast<uint64_t>(role.peer) * srcStride + off, len,
+                         llPacketFlag(epoch), threadIdx.x, blockDim.x);
     }
     if constexpr (kStreamHeader) {
-      if (role.c == 0 && threadIdx.x == 0) writeHeader(out, bytes, mixSize(kSigSeed, bytes), llFlag(epoch));
+      if (role.c == 0 && threadIdx.x == 0)
+        writeHeader(out, bytes, mixSize(kSigSeed, bytes), llPacketFlag(epoch));
     }
   }
   // Local chunk (skipped in place): this block's share, copied now by every thread, or after the barrier by
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(kLLThreads)
     if (role.c == 0 && threadIdx.x == (headerWarp ? copyEnd : blockDim.x - 1)) {
       const SpinContext& ctx = device::channelRef(v, role.peer, 0).semaphore.spin;
       uint64_t peerBytes = 0, peerSig = 0;
-      if (readHeader(in, llFlag(epoch), ctx, peerBytes, peerSig) &&
+      if (readHeader(in, llPacketFlag(epoch), ctx, peerBytes, peerSig) &&
           (peerBytes != bytes || peerSig != mixSize(kSigSeed, bytes)))
         reportMismatch(ctx, role.peer, bytes, peerBytes);
     }
@@ -81,8 +82,8 @@ __global__ void __launch_bounds__(kLLThreads)
   } else if (len) {
     const auto* src = reinterpret_cast<const LL16Packet*>(in) + kHead + pk0;
     // A false return (timeout / abort) is recorded by getPackets; the block just finishes.
-    device::getPackets(output + static_cast<uint64_t>(role.peer) * dstStride + off, src, len, llFlag(epoch),
-                       threadIdx.x, copyLate ? receivers : copyEnd,
+    device::getPackets(output + static_cast<uint64_t>(role.peer) * dstStride + off, src, len,
+                       llPacketFlag(epoch), threadIdx.x, copyLate ? receivers : copyEnd,
                        device::channelRef(v, role.peer, 0).semaphore.spin);
   }
   __syncthreads();  // every packet read of this block is done before the epoch moves on

@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(kLLThreads)
   uint32_t flag = 0;
   if (peer >= 0) {
     epoch = ep.load(peer, c);
-    flag = llFlag(epoch);
+    flag = llPacketFlag(epoch);
   }
   if (peer >= 0 && (g.parts & kPartSend)) {
     auto* out = reinterpret_cast<LL16Packet*>(r.outbox(v, peer, epoch & 1));

@@ -61,7 +61,7 @@ constexpr uint64_t kLLRegionBudgets[] = {4u << 20, 2u << 20, 1u << 20, 512u << 1
 // same calls, so it needs no agreement beyond the call sequence. Block (peer, c) reads word c at the
 // start and, after its last packet read, writes epoch+1 to every word j = c (mod blocksPerPeer) below
 // `stride`: all words of a pair stay equal even when the block count changes between calls, and no block
-// of the same launch reads a word another block writes. LL flag = epoch (mod 2^32-1) + 1, never 0; the
+// of the same launch reads a word another block writes. LL flag = llPacketFlag(epoch); the
 // packet half is epoch & 1. Safety of the halves: a sender writes half h in pair-epoch e+2 only after its
 // own kernel of epoch e+1 completed, and that kernel read the peer's epoch-(e+1) packets, which the peer
 // wrote after its kernel of epoch e (the last reader of half h) had completed.
@@ -87,12 +87,6 @@ struct PairEpochs {
   }
 #endif
 };
-
-#if defined(__CUDACC__)
-MESHCOMM_DEVICE_INLINE uint32_t llFlag(uint64_t epoch) {
-  return static_cast<uint32_t>(epoch % 0xFFFFFFFFull) + 1u;
-}
-#endif
 
 // ---- packet regions -----------------------------------------------------------------------------------
 // A region reserved at the same offset of every rank's packet buffer: [half 0|1][sender slot 0..n-1].
@@ -578,7 +572,7 @@ template <class Plan, class Stream>
 MESHCOMM_DEVICE_INLINE auto pairWaitCheck(const Plan& plan, const PacketRegion& hdr, const CommDeviceView& v,
                                           int peer, uint64_t epoch, const Stream& send, const Stream& recv) {
   if constexpr (Plan::kHeader) {
-    return PeerHeaderCheck{hdr.inbox(v, peer, epoch & 1), llFlag(epoch), peer,
+    return PeerHeaderCheck{hdr.inbox(v, peer, epoch & 1), llPacketFlag(epoch), peer,
                            peerPairHeader(send.bytes, recv.bytes, plan.sendSig(peer), plan.recvSig(peer)), 0};
   } else {
     return NoWaitCheck{};
@@ -604,7 +598,7 @@ __global__ void __launch_bounds__(kEngineThreads)
         writePairHeader(hdr.outbox(v, role.peer, epoch & 1),
                         ownPairHeader(plan.send(v, role.peer).bytes, plan.recv(v, role.peer).bytes,
                                       plan.sendSig(role.peer), plan.recvSig(role.peer)),
-                        llFlag(epoch));
+                        llPacketFlag(epoch));
       }
     }
   }

@@ -93,7 +93,7 @@ struct LLEpoch {
 MESHCOMM_DEVICE_INLINE LLEpoch beginLLEpoch(const uint64_t* words) {
   LLEpoch e;
   e.epoch = *reinterpret_cast<const volatile uint64_t*>(words) + 1;
-  e.flag = static_cast<uint32_t>(e.epoch % 0xFFFFFFFEull) + 1u;
+  e.flag = llPacketFlag(e.epoch);
   e.half = static_cast<uint32_t>(e.epoch & 1);
   return e;
 }

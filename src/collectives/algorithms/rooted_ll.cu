@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kLLThreads)
   uint32_t flag = 0;
   if (active) {
     epoch = ep.load(role.peer, role.c);
-    flag = llFlag(epoch);
+    flag = llPacketFlag(epoch);
     auto* out = reinterpret_cast<LL16Packet*>(r.outbox(v, role.peer, epoch & 1));
     if (dataSender) {
       const char* src = input + (mode == RootedMode::Scatter ? static_cast<uint64_t>(role.peer) * bytes : 0);
