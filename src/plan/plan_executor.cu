@@ -368,6 +368,9 @@ struct Executor {
   }
 };
 
+static_assert(plan::kMaxThreadBlocks <= static_cast<int>(reduction::kLLEpochWords),
+              "every block of a plan has an epoch word");
+
 template <DataType D, ReduceOp Op>
 __global__ void __launch_bounds__(kMaxThreads) planKernel(PlanLaunch a) {
   Executor<D, Op> x{a, device::Reducer<D, Op>(a.red), reduction::beginLLEpoch(a.epoch),
@@ -380,7 +383,7 @@ __global__ void __launch_bounds__(kMaxThreads) planKernel(PlanLaunch a) {
     if (!__syncthreads_and(x.run(op) ? 1 : 0)) break;
   }
   __syncthreads();
-  if (threadIdx.x == 0) reduction::finishLLEpoch(a.epoch, x.ep);
+  reduction::finishLLEpoch(a.epoch, x.ep);
 }
 
 }  // namespace

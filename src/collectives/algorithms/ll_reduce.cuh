@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(kMaxThreads) llReduceKernel(RegionCallArgs a) 
   }
 
   __syncthreads();
-  if (threadIdx.x == 0) finishLLEpoch(a.epoch, ep);
+  finishLLEpoch(a.epoch, ep);
 }
 
 // Packet bytes per slot for a call of `bytes` (see RegionCallArgs::bytes).
@@ -186,7 +186,9 @@ class LLReductionAlgorithm : public ReductionAlgorithm {
   }
 
  private:
-  static int maxBlocks(const CommTopology& topo) { return std::min(64, smCountOf(topo)); }
+  static constexpr int kMaxBlocksCap = 64;
+  static_assert(kMaxBlocksCap <= static_cast<int>(kLLEpochWords), "a block's epoch word must exist");
+  static int maxBlocks(const CommTopology& topo) { return std::min(kMaxBlocksCap, smCountOf(topo)); }
 
   uint64_t maxBytes_;
   double budgetFraction_;

@@ -167,7 +167,7 @@ __global__ void __launch_bounds__(kDirectThreads) reduceDirectKernel(RegionCallA
   }
 
   __syncthreads();
-  if (threadIdx.x == 0) finishLLEpoch(a.epoch, ep);
+  finishLLEpoch(a.epoch, ep);
 }
 
 class ReduceDirect : public ReductionAlgorithm {
@@ -176,6 +176,7 @@ class ReduceDirect : public ReductionAlgorithm {
   static constexpr double kBudgetFraction = 0.0625;  // of the packet buffer
   static constexpr uint64_t kPacksPerBlock = 512;    // default: one chunk per warp of 16
   static constexpr int kMaxBlocksCap = 128;
+  static_assert(kMaxBlocksCap <= static_cast<int>(kLLEpochWords), "a block's epoch word must exist");
 
   ReduceDirect() : ReductionAlgorithm("reduce_direct", Collective::Reduce) {}
 

@@ -78,12 +78,12 @@ MESHCOMM_DEVICE_INLINE void storePack(char* base, uint64_t pack, uint64_t bytes,
 
 // ---- LL epoch ---------------------------------------------------------------------------------------------
 
-// The LL epoch of one algorithm lives in kLLEpochWords device words: words[0] = the last epoch used
-// (0 = none yet), words[1] = blocks of the current launch that have finished. Every block reads words[0]
-// at its start; the last block to finish publishes the launch's epoch and resets the count, so the next
-// launch (kernel boundary) sees it. One epoch per launch for all blocks, whatever the grid: packet regions
-// are laid out per call, not per block, so grids may differ between calls. Never reset; graph replays
-// continue the sequence.
+// The LL epoch of one algorithm lives in kLLEpochWords device words, all equal between launches: block b
+// reads word b at its start (epoch = word + 1); after its last packet read and a __syncthreads() its threads
+// write the epoch to every word j = b (mod gridDim.x). So every block of a launch sees the same epoch, the
+// words stay equal whatever the grid of the next launch (kernel boundary), no block reads a word another
+// block of its launch writes, and no atomic ends a launch. Never reset; graph replays continue the sequence.
+// The grid must not exceed kLLEpochWords (each kernel's block cap asserts it).
 struct LLEpoch {
   uint64_t epoch;  // this launch's epoch (>= 1)
   uint32_t flag;   // packet flag: never 0; differs between consecutive uses of one half
@@ -92,20 +92,18 @@ struct LLEpoch {
 
 MESHCOMM_DEVICE_INLINE LLEpoch beginLLEpoch(const uint64_t* words) {
   LLEpoch e;
-  e.epoch = *reinterpret_cast<const volatile uint64_t*>(words) + 1;
+  e.epoch = reinterpret_cast<const volatile uint64_t*>(words)[blockIdx.x] + 1;
   e.flag = llPacketFlag(e.epoch);
   e.half = static_cast<uint32_t>(e.epoch & 1);
   return e;
 }
 
-// Thread 0 only, after the block's last packet read and a __syncthreads() (every thread has read the
-// epoch by then). Every block calls it exactly once per launch, also after a timeout.
+// Every thread of every block, once per launch (also after a timeout), after the block's last packet read
+// and a __syncthreads() (every thread has read the epoch by then). Plain stores: read by the next launch.
 MESHCOMM_DEVICE_INLINE void finishLLEpoch(uint64_t* words, const LLEpoch& e) {
-  const unsigned long long prev = atomicAdd(reinterpret_cast<unsigned long long*>(&words[1]), 1ull);
-  if (prev == gridDim.x - 1) {
-    words[1] = 0;
-    words[0] = e.epoch;
-  }
+  for (uint64_t j = blockIdx.x + static_cast<uint64_t>(threadIdx.x) * gridDim.x; j < kLLEpochWords;
+       j += static_cast<uint64_t>(blockDim.x) * gridDim.x)
+    words[j] = e.epoch;
 }
 
 // ---- region call arguments

@@ -23,8 +23,9 @@ constexpr int kMaxRanks = 8;
 constexpr uint64_t kPackBytes = 16;
 // Largest block the reduction kernels are built for (__launch_bounds__): 128 registers per thread.
 constexpr int kMaxThreads = 512;
-// Device words of an LL algorithm's epoch (see beginLLEpoch in reduction_common.cuh).
-constexpr size_t kLLEpochWords = 2;
+// Device words of an LL algorithm's epoch, one per block (see beginLLEpoch in reduction_common.cuh): the
+// largest grid of a kernel that keeps its epoch there.
+constexpr size_t kLLEpochWords = 128;
 
 MESHCOMM_HOST_DEVICE_INLINE uint64_t ceilDiv(uint64_t a, uint64_t b) {
   return (a + b - 1) / b;
