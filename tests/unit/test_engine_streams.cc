@@ -79,23 +79,25 @@ std::array<bool, 2> checks(const PairView& a, const PairView& b) {
   return {b.own() == a.expected(), a.own() == b.expected()};
 }
 
-// Pieces: large streams run in about kTargetRounds rounds per block (the copy-out of the last pieces overlaps
-// the rest), never below kMinPieceBytes nor above the buffers' pieceMax.
-TEST(EngineStreams, PieceCapAimsAtTargetRoundsBetweenTheBounds) {
+// Pieces: large streams run in about the requested rounds per block (the pairwise engine's kPairwiseRounds,
+// the chains' kChainRounds), never below kMinPieceBytes nor above the buffers' pieceMax.
+TEST(EngineStreams, PieceCapAimsAtTheRoundsBetweenTheBounds) {
   EngineStreams s;
   s.pieceMax = 320 << 10;  // 2 ranks: 160 MiB of buffers over 128 lanes x kEngineSlots
   s.blocksPerPeer = 128;
   const uint64_t perPeer256M = 128ull << 20, perPeer1G = 512ull << 20, perPeer4M = 2ull << 20;
-  const uint64_t rounds256M = divUp(divUp(perPeer256M, 128), s.pieceCap(perPeer256M));
-  EXPECT_GE(rounds256M, kTargetRounds);
-  EXPECT_LE(rounds256M, kTargetRounds + 1);
-  EXPECT_EQ(s.pieceCap(perPeer1G), s.pieceMax);  // 4 MiB a block: 13 rounds of the largest piece
-  EXPECT_EQ(s.pieceCap(perPeer4M), kMinPieceBytes);
-  for (uint64_t bytes = 1; bytes <= (1ull << 32); bytes = bytes * 3 + 1) {
-    EXPECT_GE(s.pieceCap(bytes), kMinPieceBytes) << bytes;
-    EXPECT_LE(s.pieceCap(bytes), s.pieceMax) << bytes;
-    EXPECT_EQ(s.pieceCap(bytes) % 16, 0u) << bytes;
+  for (uint64_t rounds : {kPairwiseRounds, kChainRounds}) {
+    const uint64_t rounds256M = divUp(divUp(perPeer256M, 128), s.pieceCap(perPeer256M, rounds));
+    EXPECT_GE(rounds256M, rounds);
+    EXPECT_LE(rounds256M, rounds + 1);
+    EXPECT_EQ(s.pieceCap(perPeer4M, rounds), kMinPieceBytes);
+    for (uint64_t bytes = 1; bytes <= (1ull << 32); bytes = bytes * 3 + 1) {
+      EXPECT_GE(s.pieceCap(bytes, rounds), kMinPieceBytes) << bytes;
+      EXPECT_LE(s.pieceCap(bytes, rounds), s.pieceMax) << bytes;
+      EXPECT_EQ(s.pieceCap(bytes, rounds) % 16, 0u) << bytes;
+    }
   }
+  EXPECT_EQ(s.pieceCap(perPeer1G, kPairwiseRounds), s.pieceMax);  // 4 MiB a block: 13 rounds of the largest
 }
 
 TEST(PairHeaders, BothSidesAgreeExactlyWhenThePlansDo) {

@@ -79,7 +79,7 @@ class BroadcastChain : public EngineAlgorithm {
     a.input = plan.input;
     a.output = plan.output;
     a.bytes = plan.bytes;
-    a.roundBytes = a.streams.pieceCap(plan.bytes) * static_cast<uint64_t>(blocks);
+    a.roundBytes = a.streams.pieceCap(plan.bytes, kChainRounds) * static_cast<uint64_t>(blocks);
     a.root = plan.root;
     broadcastChainKernel<<<blocks, threads, 0, args.stream>>>(a);
     MESHCOMM_CUDA_CHECK(cudaGetLastError());

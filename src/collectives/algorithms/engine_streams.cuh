@@ -19,7 +19,8 @@
 namespace meshcomm::movement {
 
 constexpr uint64_t kMinPieceBytes = 32 << 10;  // smallest per-block piece of a round
-constexpr uint64_t kTargetRounds = 12;         // large sizes pipeline over about this many rounds per block
+constexpr uint64_t kPairwiseRounds = 12;       // rounds per block the pairwise engine's pieces aim at
+constexpr uint64_t kChainRounds = 4;           // the chains' (reduce_chain, broadcast_chain)
 constexpr int kEngineSlots = 4;                // buffers per (sender, lane): pieces in flight
 constexpr int kEngineLanes = 128;              // lanes per (sender, receiver): the most blocks per peer
 
@@ -75,13 +76,15 @@ struct EngineStreams {
   uint64_t* consumed = nullptr;  // [nRanks][kEngineLanes], local
   int blocksPerPeer = 1;         // of this launch
 
-  // Per-block piece of a round for a pair whose larger direction carries maxBytes: at least kMinPieceBytes
-  // (amortises the per-piece fence and counter update), else about kTargetRounds rounds, at most pieceMax.
-  // On 2x H100 (alltoall and allgather, 2 ranks, 128 blocks) 4 rounds left the copy-out of the last pieces
-  // unoverlapped: 266-277 GB/s busbw at 64-256 MiB against 281-320 with 10-12 rounds; 16 rounds cost 2% at
-  // 1 GiB (256 KiB pieces), where 12 rounds reach pieceMax and 331 GB/s as before.
-  MESHCOMM_HOST_DEVICE_INLINE uint64_t pieceCap(uint64_t maxBytes) const {
-    const uint64_t want = roundUp16(divUp(maxBytes, static_cast<uint64_t>(blocksPerPeer) * kTargetRounds));
+  // Per-block piece of a round for a stream of maxBytes (a pair: its larger direction): at least
+  // kMinPieceBytes (amortises the per-piece fence and counter update), else about `rounds` rounds, at most
+  // pieceMax. The pairwise engine aims at kPairwiseRounds: on 2x H100 (alltoall and allgather, 2 ranks, 128
+  // blocks) 4 rounds left the copy-out of the last pieces unoverlapped, 266-277 GB/s busbw at 64-256 MiB
+  // against 281-320 with 10-12 rounds; 16 rounds cost 2% at 1 GiB, where 12 reach pieceMax (331 GB/s as
+  // with 4); neutral on 4x H100. The chains keep kChainRounds: their per-piece handshake across n-1 hops
+  // bounds them (docs/collectives.md, Chains); more rounds there are not measured.
+  MESHCOMM_HOST_DEVICE_INLINE uint64_t pieceCap(uint64_t maxBytes, uint64_t rounds) const {
+    const uint64_t want = roundUp16(divUp(maxBytes, static_cast<uint64_t>(blocksPerPeer) * rounds));
     return minU(pieceMax, maxU(kMinPieceBytes, want));
   }
 

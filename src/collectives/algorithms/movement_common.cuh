@@ -613,7 +613,8 @@ __global__ void __launch_bounds__(kEngineThreads)
   const auto recv = plan.recv(v, peer);
   auto check = pairWaitCheck(plan, hdr, v, peer, epoch, send, recv);  // thread 0's
   // Both directions in rounds of the same size, from this rank's plan (the peer's cuts them alike).
-  const uint64_t round = es.pieceCap(maxU(send.bytes, recv.bytes)) * static_cast<uint64_t>(B);
+  const uint64_t round =
+      es.pieceCap(maxU(send.bytes, recv.bytes), kPairwiseRounds) * static_cast<uint64_t>(B);
   const uint64_t Ts = divUp(send.bytes, round), Tr = divUp(recv.bytes, round);
   const uint64_t steps = Tr > 0 ? maxU(Ts, Tr + kCopyLag) : Ts;
 

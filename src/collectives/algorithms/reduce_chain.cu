@@ -114,7 +114,7 @@ class ReduceChain : public ReductionAlgorithm {
     a.input = static_cast<const char*>(args.input);
     a.output = static_cast<char*>(args.output);
     a.bytes = args.count * dataTypeSize(args.dtype);
-    a.roundBytes = a.streams.pieceCap(a.bytes) * static_cast<uint64_t>(c.nBlocks);
+    a.roundBytes = a.streams.pieceCap(a.bytes, movement::kChainRounds) * static_cast<uint64_t>(c.nBlocks);
     a.root = args.root;
     a.red = makeReduceParams(args.op, topo.nRanks);
     dispatch(args, [&](auto tag) {
