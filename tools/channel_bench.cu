@@ -813,6 +813,9 @@ int main(int argc, char** argv) {
   const RankEnv& env = *rankEnv;
   try {
     MESHCOMM_CUDA_CHECK(cudaSetDevice(env.localRank));
+    // This file's kernels are launched behind PortChannel kernels that wait on the proxy: load them now, not
+    // lazily then (docs/architecture.md, "Kernel loading").
+    loadKernelModuleOf(reinterpret_cast<const void*>(&fillKernel));
     auto bootstrap = TcpBootstrap::fromEnvironment();
     Communicator comm(bootstrap, env.localRank);
     if (comm.rank() < 2) {

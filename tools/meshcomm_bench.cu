@@ -1329,6 +1329,9 @@ int main(int argc, char** argv) {
   long long wrong = 0;
   try {
     MESHCOMM_CUDA_CHECK(cudaSetDevice(env.localRank));
+    // This file's kernels (fill, check) may be queued behind plans that wait on PortChannel proxies
+    // (MESHCOMM_PLAN_DIR): load them now, not lazily then (docs/architecture.md, "Kernel loading").
+    loadKernelModuleOf(reinterpret_cast<const void*>(&countWrongKernel));
     auto bootstrap = TcpBootstrap::fromEnvironment();
     CommConfig cfg;
     cfg.cudaDevice = env.localRank;
