@@ -241,6 +241,10 @@ PortChannel ProxyService::Impl::portChannel(SemaphoreId sem, MemoryId dst, Memor
                    ", but semaphore ", sem, " connects to peer ", channel.peer);
   MESHCOMM_REQUIRE(srcMem.info.local, "rank ", rank_, ": ProxyService::portChannel: src memory id ", src,
                    " belongs to rank ", srcMem.info.owner, ", not this rank");
+  const bool streamWork = channel.connection->transport() == Transport::CudaIpc ||
+                          dstMem.memory.kind() != MemoryKind::Host ||
+                          srcMem.memory.kind() != MemoryKind::Host;
+  if (streamWork) warnOnceUnderLazyLoading();
   PortChannelDeviceHandle handle{};
   handle.semaphore = channel.semaphore->deviceHandle();
   handle.fifo = fifo_.deviceHandle(handle.semaphore.spin);  // FIFO timeouts name this channel's peer
@@ -264,23 +268,25 @@ void ProxyService::Impl::start() {
         "ProxyService");
   }
   stopRequested_.store(false);
-  warnOnceUnderLazyLoading();
   thread_ = std::thread([this] { threadMain(); });
 }
 
-// The proxy's copies and signals are stream work: under lazy loading, a kernel of the process loaded for the
-// first time while a PortChannel kernel waits on them holds them back until that kernel's device timeout.
+// Under lazy loading, a kernel of the process loaded for the first time while a PortChannel kernel waits
+// holds back the stream work that kernel waits for (a CUDA IPC copy or signal; over TCP, staging device
+// memory), until the device timeout. Channels between host memories over TCP queue no GPU work and are not
+// exposed.
 void ProxyService::Impl::warnOnceUnderLazyLoading() const {
   static std::once_flag once;
   std::call_once(once, [this] {
     if (!internal::lazyKernelLoading()) return;
     MESHCOMM_LOG(
         WARN, "rank ", rank_,
-        ": a PortChannel proxy runs under CUDA lazy loading (CUDA_MODULE_LOADING=LAZY, the default): "
-        "the first launch of a kernel synchronizes the context, so a kernel launched for the first "
-        "time while a PortChannel kernel waits stalls the proxy's copies until the device timeout. "
-        "meshcomm's kernels are preloaded; load your own with meshcomm::loadKernelModuleOf(kernel), "
-        "warm them up before communicating, or set CUDA_MODULE_LOADING=EAGER");
+        ": a PortChannel whose transfers are GPU stream work runs under CUDA lazy loading "
+        "(CUDA_MODULE_LOADING=LAZY, the default): the first launch of a kernel synchronizes the "
+        "context, so a kernel launched for the first time while a PortChannel kernel waits stalls "
+        "the proxy's copies until the device timeout. meshcomm's kernels are preloaded; load your own "
+        "with meshcomm::loadKernelModuleOf(kernel), warm them up before communicating, or set "
+        "CUDA_MODULE_LOADING=EAGER");
   });
 }
 
