@@ -41,6 +41,8 @@ struct OpRecord {
 struct BlockRecord {
   uint32_t firstOp;
   uint32_t numOps;
+  uint32_t firstRef;  // the block's refs are refs[firstRef, firstRef + numRefs), in op order
+  uint32_t numRefs;
 };
 
 // Launch arguments of one call (by value).

@@ -113,8 +113,9 @@ void PlanAlgorithm::initialize(CommResources& resources) {
     refs.push_back(plan::RefRecord{c.index, static_cast<uint32_t>(c.size), static_cast<uint8_t>(c.buffer)});
   };
   for (const auto& tb : mine.threadblocks) {
-    blocks.push_back(
-        plan::BlockRecord{static_cast<uint32_t>(ops.size()), static_cast<uint32_t>(tb.ops.size())});
+    blocks.push_back(plan::BlockRecord{static_cast<uint32_t>(ops.size()),
+                                       static_cast<uint32_t>(tb.ops.size()),
+                                       static_cast<uint32_t>(refs.size()), 0});
     std::map<std::vector<int>, int> seen;
     for (const auto& op : tb.ops) {
       plan::OpRecord d{};
@@ -167,6 +168,7 @@ void PlanAlgorithm::initialize(CommResources& resources) {
       }
       ops.push_back(d);
     }
+    blocks.back().numRefs = static_cast<uint32_t>(refs.size()) - blocks.back().firstRef;
   }
   auto upload = [](GpuBuffer& buf, const void* data, size_t bytes) {
     buf = GpuBuffer(std::max<size_t>(bytes, 16));

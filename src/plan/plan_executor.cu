@@ -3,6 +3,9 @@
 // primitives the native algorithms use — device::copy for copy/put/get, the channel semaphores for
 // signal/wait, LL16 packs (writePackLL, gatherPacksLL) for packets, device::Reducer for reductions.
 //
+// The block's tables (ops, refs, every rank's buffers and packet buffers) are staged into shared memory after
+// the prologue, a __syncthreads() before the first op.
+//
 // Memory order. put/get/copy are weak stores. signal: __syncthreads() (every thread's stores of the block
 // before it), then thread 0's release increment (relaxed variant: no data ordering). wait: thread 0's acquire
 // wait, then __syncthreads() before any thread's later access. Packets carry data and flag in one store and
@@ -33,6 +36,45 @@ struct Span {
   uint64_t bytes;
 };
 
+// The tables an op's operands are resolved through, read by every op: in shared memory once the kernel staged
+// them (StagedTables), else the device arrays of the launch.
+struct Tables {
+  const OpRecord* ops;    // the block's ops (index 0: its first)
+  const RefRecord* refs;  // indexed by OpRecord::firstRef
+  char* const* buffers;   // [kPlanBuffers][nRanks]: PlanLaunch::peerBuffers
+  void* const* packets;   // [nRanks]: CommDeviceView::peerPackets
+};
+
+// A block's ops and refs up to these counts are staged into shared memory (larger blocks read the device
+// arrays); every rank's buffers and packet buffer always are.
+constexpr uint32_t kStagedOps = 64;
+constexpr uint32_t kStagedRefs = 256;
+
+// The shared-memory copy of the tables. The interpreter's operand lookups form dependent chains (op -> ref ->
+// buffer -> data); from L2 each link costs a round trip, per op, on the critical path of the small calls.
+struct StagedTables {
+  OpRecord ops[kStagedOps];
+  RefRecord refs[kStagedRefs];
+  char* buffers[kPlanBuffers * kMaxRanks];
+  void* packets[kMaxRanks];
+};
+
+// Every thread of the block, after the prologue (the peers' call buffers are resolved by then): copies what
+// fits into `st` and returns the tables to use; a __syncthreads() follows before any thread reads them.
+MESHCOMM_DEVICE_INLINE Tables stageTables(const PlanLaunch& a, const BlockRecord& b, StagedTables& st) {
+  const int n = a.view.nRanks;
+  for (int i = threadIdx.x; i < kPlanBuffers * n; i += blockDim.x) st.buffers[i] = a.peerBuffers[i];
+  for (int i = threadIdx.x; i < n; i += blockDim.x) st.packets[i] = a.view.peerPackets[i];
+  Tables t{a.ops + b.firstOp, a.refs, st.buffers, st.packets};
+  if (b.numOps <= kStagedOps && b.numRefs <= kStagedRefs) {
+    for (uint32_t i = threadIdx.x; i < b.numOps; i += blockDim.x) st.ops[i] = a.ops[b.firstOp + i];
+    for (uint32_t i = threadIdx.x; i < b.numRefs; i += blockDim.x) st.refs[i] = a.refs[b.firstRef + i];
+    t.ops = st.ops;
+    t.refs = st.refs - b.firstRef;  // still indexed by firstRef
+  }
+  return t;
+}
+
 // The element range of chunks [index, index + size) of an input/output buffer at `base` (chunk geometry).
 MESHCOMM_DEVICE_INLINE Span dataSpan(const PlanLaunch& a, char* base, uint64_t index, uint64_t size) {
   const uint64_t u = a.chunksPerUnit, n = a.n, c = a.chunkElems;
@@ -44,14 +86,14 @@ MESHCOMM_DEVICE_INLINE Span dataSpan(const PlanLaunch& a, char* base, uint64_t i
 
 // Rank r's buffer `buffer` as mapped here (the own scratch too comes from the table); null where a peer's
 // call buffer could not be resolved.
-MESHCOMM_DEVICE_INLINE char* bufferOf(const PlanLaunch& a, int r, uint8_t buffer) {
+MESHCOMM_DEVICE_INLINE char* bufferOf(const PlanLaunch& a, const Tables& t, int r, uint8_t buffer) {
   if (r == a.view.rank && buffer != static_cast<uint8_t>(BufferKind::Scratch)) return a.local[buffer];
-  return a.peerBuffers[buffer * a.view.nRanks + r];
+  return t.buffers[buffer * a.view.nRanks + r];
 }
 
 // A reference's bytes in rank r's memory (scratch: `size` slots of c elements).
-MESHCOMM_DEVICE_INLINE Span spanOf(const PlanLaunch& a, int r, const RefRecord& ref) {
-  char* base = bufferOf(a, r, ref.buffer);
+MESHCOMM_DEVICE_INLINE Span spanOf(const PlanLaunch& a, const Tables& t, int r, const RefRecord& ref) {
+  char* base = bufferOf(a, t, r, ref.buffer);
   if (ref.buffer == static_cast<uint8_t>(BufferKind::Scratch)) {
     const uint64_t slot = a.chunkElems * a.elemBytes;
     return {base + ref.index * slot, ref.size * slot};
@@ -65,8 +107,9 @@ MESHCOMM_DEVICE_INLINE RefRecord chunkOf(const RefRecord& ref, uint32_t i) {
 }
 
 // The packets of scratch chunk `index` of rank r (this launch's half).
-MESHCOMM_DEVICE_INLINE LL16Packet* packetsOf(const PlanLaunch& a, int r, uint64_t index, uint32_t half) {
-  return reinterpret_cast<LL16Packet*>(static_cast<char*>(a.view.peerPackets[r]) + a.packetOffset +
+MESHCOMM_DEVICE_INLINE LL16Packet* packetsOf(const PlanLaunch& a, const Tables& t, int r, uint64_t index,
+                                             uint32_t half) {
+  return reinterpret_cast<LL16Packet*>(static_cast<char*>(t.packets[r]) + a.packetOffset +
                                        half * a.packetHalfBytes + index * a.packetChunkBytes);
 }
 
@@ -91,6 +134,7 @@ struct Executor {
   const device::Reducer<D, Op> red;
   reduction::LLEpoch ep;
   SpinContext ctx;
+  Tables t{};
 
   MESHCOMM_DEVICE_INLINE bool waitOn(const OpRecord& op) {
     __shared__ int ok;
@@ -119,7 +163,7 @@ struct Executor {
     const int me = a.view.rank;
     const int dstRank = op.kind == static_cast<uint8_t>(OpKind::Put) ? op.peer : me;
     const int srcRank = op.kind == static_cast<uint8_t>(OpKind::Get) ? op.peer : me;
-    const Span s[2] = {spanOf(a, dstRank, refs[0]), spanOf(a, srcRank, refs[1])};
+    const Span s[2] = {spanOf(a, t, dstRank, refs[0]), spanOf(a, t, srcRank, refs[1])};
     if (s[0].ptr == nullptr || s[1].ptr == nullptr) return false;
     device::copy(s[0].ptr, s[1].ptr, opBytes(s, refs, 2), threadIdx.x, blockDim.x);
     return true;
@@ -225,7 +269,7 @@ struct Executor {
     const int me = a.view.rank;
     Span spans[kMaxOperands + 1];
     const int count = 1 + op.numSrcs;
-    for (int i = 0; i < count; ++i) spans[i] = spanOf(a, me, refs[i]);
+    for (int i = 0; i < count; ++i) spans[i] = spanOf(a, t, me, refs[i]);
     reduceData(spans[0], spans + 1, op.numSrcs, opBytes(spans, refs, count));  // the loader: >= 2 srcs
     return true;
   }
@@ -245,11 +289,11 @@ struct Executor {
       Span spans[kMaxOperands + 1];
       chunk[0] = chunkOf(refs[0], i);
       for (int k = 0; k < numSrcs; ++k) chunk[1 + k] = chunkOf(refs[1 + k], i);
-      for (int k = 0; k <= numSrcs; ++k) spans[k] = spanOf(a, me, chunk[k]);
+      for (int k = 0; k <= numSrcs; ++k) spans[k] = spanOf(a, t, me, chunk[k]);
       uint64_t lowest = ~0ull, highest = 0;
       for (int p = 0; p < numPackets; ++p) {
         const uint64_t c = packetRefs[p].index + i;
-        pk.bases[p] = packetsOf(a, me, c, ep.half);
+        pk.bases[p] = packetsOf(a, t, me, c, ep.half);
         lowest = min(lowest, c);
         highest = max(highest, c);
       }
@@ -273,9 +317,9 @@ struct Executor {
     for (uint32_t i = 0; i < refs[0].size; ++i) {
       // A packet chunk is always sent whole (c elements; zeros past the data), so a receiver that knows only
       // the slot (a scratch destination) waits for exactly what arrives.
-      const Span src = spanOf(a, me, chunkOf(refs[1], i));
+      const Span src = spanOf(a, t, me, chunkOf(refs[1], i));
       const uint64_t slotBytes = a.chunkElems * a.elemBytes;
-      LL16Packet* dst = packetsOf(a, op.peer, refs[0].index + i, ep.half);
+      LL16Packet* dst = packetsOf(a, t, op.peer, refs[0].index + i, ep.half);
       const uint32_t align = alignClass(src.ptr);
       for (uint64_t j = threadIdx.x; j < packsOf(slotBytes); j += blockDim.x)
         reduction::writePackLL(dst, j, loadPack(src.ptr, j, src.bytes, align), ep.flag);
@@ -339,7 +383,7 @@ struct Executor {
 
   // Runs one op; false stops the block (a wait that timed out or was aborted).
   MESHCOMM_DEVICE_INLINE bool run(const OpRecord& op) {
-    const RefRecord* refs = a.refs + op.firstRef;
+    const RefRecord* refs = t.refs + op.firstRef;
     if (op.port) return portOp(op, refs);
     switch (static_cast<OpKind>(op.kind)) {
       case OpKind::Copy:
@@ -375,10 +419,13 @@ template <DataType D, ReduceOp Op>
 __global__ void __launch_bounds__(kMaxThreads) planKernel(PlanLaunch a) {
   Executor<D, Op> x{a, device::Reducer<D, Op>(a.red), reduction::beginLLEpoch(a.epoch),
                     reduction::anySpinContext(a.view)};
+  __shared__ StagedTables staged;
   const BlockRecord b = a.blocks[blockIdx.x];
   const bool ready = !a.prologue.run || runPrologue(a.view, a.prologue, x.ep.epoch, x.ep.half, x.ctx);
+  x.t = stageTables(a, b, staged);
+  __syncthreads();
   for (uint32_t i = 0; ready && i < b.numOps; ++i) {
-    const OpRecord op = a.ops[b.firstOp + i];
+    const OpRecord op = x.t.ops[i];
     // Every thread runs every op (the ops' own barriers keep the block together); a failed wait stops it.
     if (!__syncthreads_and(x.run(op) ? 1 : 0)) break;
   }
