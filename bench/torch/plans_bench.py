@@ -5,7 +5,7 @@ times), time per call (slowest rank), nccl-tests busbw, the ratio native time / 
 twice on new inputs), and each plan's first-call setup time (add_algorithm + first execute). Sizes a plan
 declines (its scratch or packet region) are listed as declined.
 
-    PYTHONPATH=<build>/python torchrun --nproc_per_node 4 bench/torch/plans_bench.py [--json out.json]
+    PYTHONPATH=<build>/python torchrun --nproc_per_node 4 bench/torch/plans_bench.py [--timing graph] [--json out.json]
 """
 import argparse
 import json
@@ -14,7 +14,7 @@ import sys
 import time
 
 import torch
-from cuda_timing import time_per_call_us
+from cuda_timing import graph_time_per_call_us, time_per_call_us
 from run_metadata import run_metadata
 
 import meshcomm
@@ -33,8 +33,14 @@ def slowest(comm, value, stream):
     return t.item()
 
 
-def timed(comm, call, warmup, iters, stream):
-    return slowest(comm, time_per_call_us(call, warmup, iters), stream)
+def timed(comm, call, args, stream):
+    """call(on): one call enqueued on stream `on`; the slowest rank's time per call with args.timing."""
+    if args.timing == "graph":
+        call(stream)  # a call the algorithm declines raises here, before any capture
+        us = graph_time_per_call_us(call, args.iters)
+    else:
+        us = time_per_call_us(lambda: call(stream), args.warmup, args.iters)
+    return slowest(comm, us, stream)
 
 
 def graph_check(run_plan, run_native, x, out, ref):
@@ -76,6 +82,9 @@ def main():
                         "at one instance)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--timing", choices=("eager", "graph"), default="eager",
+                   help="eager: each call launched from Python (host path included); graph: the calls captured "
+                        "into a CUDA graph and replayed (GPU time)")
     p.add_argument("--programs", help="comma-separated shipped program names (default: every one)")
     p.add_argument("--json")
     args = p.parse_args()
@@ -133,14 +142,14 @@ def main():
                         torch.cuda.synchronize()
                         setup_ms = slowest(comm, (time.perf_counter() - t0) * 1e3, stream)
                         first = False
-                    plan_us = timed(comm, lambda: run(alg, out), args.warmup, args.iters, stream)
+                    plan_us = timed(comm, lambda on: run(alg, out, on), args, stream)
                     key = (collective, size)
                     if key not in native_us:
                         best = None
                         for native in natives:
                             try:
-                                us = timed(comm, lambda: run(comm.algorithms[native.name], ref), args.warmup,
-                                           args.iters, stream)
+                                us = timed(comm, lambda on: run(comm.algorithms[native.name], ref, on), args,
+                                           stream)
                             except meshcomm.Error:
                                 continue  # declined this call (size, registration): every rank declines alike
                             if best is None or us < best[1]:
