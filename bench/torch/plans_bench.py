@@ -37,7 +37,7 @@ def timed(comm, call, args, stream):
     """call(on): one call enqueued on stream `on`; the slowest rank's time per call with args.timing."""
     if args.timing == "graph":
         call(stream)  # a call the algorithm declines raises here, before any capture
-        us = graph_time_per_call_us(call, args.iters)
+        us = graph_time_per_call_us(lambda side: call(side.cuda_stream), args.iters)
     else:
         us = time_per_call_us(lambda: call(stream), args.warmup, args.iters)
     return slowest(comm, us, stream)

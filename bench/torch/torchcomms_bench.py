@@ -22,6 +22,7 @@ import time
 
 import torch
 import torchcomms
+from cuda_timing import graph_time_per_call_us, time_per_call_us
 from run_metadata import run_metadata
 
 OPS = ["all_reduce", "all_gather_single", "reduce_scatter_single", "all_to_all_single"]
@@ -81,39 +82,15 @@ def slowest(comm, value):
 
 
 def time_eager(comm, case, sum_op, warmup, iters):
-    for _ in range(warmup):
-        case.call(comm, sum_op)
-    comm.barrier(False)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        case.call(comm, sum_op)
-    end.record()
-    torch.cuda.synchronize()
-    return slowest(comm, start.elapsed_time(end) * 1e3 / iters)
+    return slowest(comm, time_per_call_us(lambda: case.call(comm, sum_op), warmup, iters,
+                                          before_timing=lambda: comm.barrier(False)))
 
 
 def time_graph(comm, case, sum_op, iters, replays):
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        case.call(comm, sum_op)  # meshcomm: the buffers' contexts exist before the capture
+    case.call(comm, sum_op)  # meshcomm: the buffers' contexts exist before the capture
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(iters):
-            case.call(comm, sum_op)
-    graph.replay()
-    torch.cuda.synchronize()
-    comm.barrier(False)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(replays):
-        graph.replay()
-    end.record()
-    torch.cuda.synchronize()
-    del graph
-    return slowest(comm, start.elapsed_time(end) * 1e3 / (iters * replays))
+    return slowest(comm, graph_time_per_call_us(lambda side: case.call(comm, sum_op), iters, replays,
+                                                before_timing=lambda: comm.barrier(False)))
 
 
 def host_cost(comm, sum_op, calls):
