@@ -57,5 +57,4 @@ for ((round = 0; round < rounds; ++round)); do
     runs+=("$json")
   done
 done
-IFS=, eval 'list="${names[*]}"'
-python3 "$REPO/scripts/lib/ab_summary.py" "$out/ab.json" "$list" "${runs[@]}" | tee "$out/ab.md"
+python3 "$REPO/scripts/lib/ab_summary.py" "$out/ab.json" "$(IFS=,; echo "${names[*]}")" "${runs[@]}" | tee "$out/ab.md"

@@ -27,18 +27,15 @@ def summarize(runs, builds):
     """Rows {op, size, algo, medians{build: us}, ratio{build: median / reference median}, wrong}."""
     ref = builds[0]
     keys = [(r["op"], r["size"]) for r in runs[ref][0]["rows"]]
+    by_key = {build: [{(r["op"], r["size"]): r for r in doc["rows"]} for doc in runs[build]] for build in builds}
     rows = []
     for op, size in keys:
         times, wrong, algo = {}, 0, ""
         for build in builds:
-            samples = []
-            for doc in runs[build]:
-                for r in doc["rows"]:
-                    if (r["op"], r["size"]) == (op, size):
-                        samples.append(r["oop_time_us"])
-                        wrong += r.get("oop_wrong") or 0
-                        algo = r.get("algo", algo)
-            times[build] = statistics.median(samples)
+            found = [run[(op, size)] for run in by_key[build] if (op, size) in run]
+            times[build] = statistics.median(r["oop_time_us"] for r in found)
+            wrong += sum(r.get("oop_wrong") or 0 for r in found)
+            algo = next((r["algo"] for r in found if "algo" in r), algo)
         rows.append({"op": op, "size": size, "algo": algo, "medians": times, "wrong": wrong,
                      "ratio": {b: times[b] / times[ref] for b in builds}})
     return rows
