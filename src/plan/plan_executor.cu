@@ -125,6 +125,27 @@ MESHCOMM_DEVICE_INLINE uint64_t opBytes(const Span* spans, const RefRecord* refs
 
 constexpr int kMaxOperands = 16;  // srcs + packets of one reduction (the loader's limit)
 
+// The packet operands of a reduction, reduced in the listed order. When their chunks lie within
+// reduction::kMaxRanks consecutive chunks (`together`: rows[p] = chunk - the lowest), one gatherPacksLL per
+// pack polls all of them, so every peer's packet is in flight at once; otherwise one gather per operand.
+struct PacketOperands {
+  const LL16Packet* bases[kMaxOperands];  // each operand's packet chunk (this launch's half)
+  int rows[kMaxOperands];
+  int count;
+  bool together;
+  const LL16Packet* rowBase;  // the lowest operand chunk
+  uint64_t slotPackets;       // packets per scratch chunk
+  uint32_t rowMask;
+};
+
+// The operands of the op a block runs, the same for every thread: computed once into shared memory (threads
+// in parallel, a __syncthreads() before use and one after, before the next op's), so that no thread keeps
+// per-operand arrays in local memory.
+struct OperandScratch {
+  Span spans[kMaxOperands + 1];  // dst, then srcs
+  PacketOperands packets;
+};
+
 // Packs a thread of a data reduction keeps loading from one operand at once (reduceData).
 constexpr int kPacksInFlight = 4;
 
@@ -135,6 +156,7 @@ struct Executor {
   reduction::LLEpoch ep;
   SpinContext ctx;
   Tables t{};
+  OperandScratch* operands = nullptr;  // in shared memory
 
   MESHCOMM_DEVICE_INLINE bool waitOn(const OpRecord& op) {
     __shared__ int ok;
@@ -169,19 +191,6 @@ struct Executor {
     return true;
   }
 
-  // The packet operands of a reduction, reduced in the listed order. When their chunks lie within
-  // reduction::kMaxRanks consecutive chunks (`together`: rows[p] = chunk - the lowest), one gatherPacksLL per
-  // pack polls all of them, so every peer's packet is in flight at once; otherwise one gather per operand.
-  struct PacketOperands {
-    const LL16Packet* bases[kMaxOperands];  // each operand's packet chunk (this launch's half)
-    int rows[kMaxOperands];
-    int count = 0;
-    bool together = false;
-    const LL16Packet* rowBase = nullptr;  // the lowest operand chunk
-    uint64_t slotPackets = 0;             // packets per scratch chunk
-    uint32_t rowMask = 0;
-  };
-
   // Pack j of every packet operand into got (operand p's value at got.vals[row(p)]); false on timeout.
   MESHCOMM_DEVICE_INLINE bool gatherOperands(const PacketOperands& pk, uint64_t j, int p,
                                              reduction::GatherPacksPoll& got) {
@@ -196,6 +205,14 @@ struct Executor {
   MESHCOMM_DEVICE_INLINE int row(const PacketOperands& pk, int p) const {
     return pk.together ? pk.rows[p] : 0;
   }
+  // got.vals[r] without a dynamic index (which would put got in local memory).
+  MESHCOMM_DEVICE_INLINE static uint4 valueAt(const reduction::GatherPacksPoll& got, int r) {
+    uint4 v = got.vals[0];
+#pragma unroll
+    for (int k = 1; k < reduction::kMaxRanks; ++k)
+      if (r == k) v = got.vals[k];
+    return v;
+  }
 
   // dst = operands[0] (op) operands[1] ... over `bytes`: the data spans, then the packet operands.
   MESHCOMM_DEVICE_INLINE bool reduceInto(const Span& dst, const Span* srcs, int numSrcs,
@@ -206,7 +223,7 @@ struct Executor {
       // unpack: the packets' bytes as they are (no conversion through Acc)
       if (numSrcs == 0 && pk.count == 1) {
         if (!gatherOperands(pk, j, 0, got)) return false;
-        storePack(dst.ptr, j, bytes, dstAlign, got.vals[row(pk, 0)]);
+        storePack(dst.ptr, j, bytes, dstAlign, valueAt(got, row(pk, 0)));
         continue;
       }
       typename device::Reducer<D, Op>::Accs acc;
@@ -222,9 +239,9 @@ struct Executor {
       for (int p = 0; p < pk.count; ++p, ++k) {
         if (!gatherOperands(pk, j, p, got)) return false;
         if (k == 0) {
-          red.firstPrescaled(acc, got.vals[row(pk, p)]);
+          red.firstPrescaled(acc, valueAt(got, row(pk, p)));
         } else {
-          red.accumulatePrescaled(acc, got.vals[row(pk, p)]);
+          red.accumulatePrescaled(acc, valueAt(got, row(pk, p)));
         }
       }
       storePack(dst.ptr, j, bytes, dstAlign, red.finish(acc));
@@ -266,11 +283,13 @@ struct Executor {
   }
 
   MESHCOMM_DEVICE_INLINE bool reduce(const OpRecord& op, const RefRecord* refs) {
-    const int me = a.view.rank;
-    Span spans[kMaxOperands + 1];
     const int count = 1 + op.numSrcs;
-    for (int i = 0; i < count; ++i) spans[i] = spanOf(a, t, me, refs[i]);
-    reduceData(spans[0], spans + 1, op.numSrcs, opBytes(spans, refs, count));  // the loader: >= 2 srcs
+    if (static_cast<int>(threadIdx.x) < count)
+      operands->spans[threadIdx.x] = spanOf(a, t, a.view.rank, refs[threadIdx.x]);
+    __syncthreads();
+    reduceData(operands->spans[0], operands->spans + 1, op.numSrcs,
+               opBytes(operands->spans, refs, count));  // the loader: >= 2 srcs
+    __syncthreads();  // every thread is done with the spans before the next op's
     return true;
   }
 
@@ -281,33 +300,38 @@ struct Executor {
     const int numSrcs = unpack ? 0 : op.numSrcs;
     const int numPackets = unpack ? 1 : op.numPackets;
     const RefRecord* packetRefs = refs + 1 + numSrcs;
-    PacketOperands pk;
-    pk.count = numPackets;
-    pk.slotPackets = a.packetChunkBytes / sizeof(LL16Packet);
+    PacketOperands& pk = operands->packets;
     for (uint32_t i = 0; i < refs[0].size; ++i) {
-      RefRecord chunk[kMaxOperands + 1];
-      Span spans[kMaxOperands + 1];
-      chunk[0] = chunkOf(refs[0], i);
-      for (int k = 0; k < numSrcs; ++k) chunk[1 + k] = chunkOf(refs[1 + k], i);
-      for (int k = 0; k <= numSrcs; ++k) spans[k] = spanOf(a, t, me, chunk[k]);
-      uint64_t lowest = ~0ull, highest = 0;
-      for (int p = 0; p < numPackets; ++p) {
-        const uint64_t c = packetRefs[p].index + i;
-        pk.bases[p] = packetsOf(a, t, me, c, ep.half);
-        lowest = min(lowest, c);
-        highest = max(highest, c);
-      }
-      pk.together = numPackets > 0 && highest - lowest < static_cast<uint64_t>(reduction::kMaxRanks);
-      if (pk.together) {
-        pk.rowBase = pk.bases[0] - (packetRefs[0].index + i - lowest) * pk.slotPackets;
-        pk.rowMask = 0;
+      // The chunk's operands, by the block's threads: thread k <= numSrcs the span of operand k, the last
+      // thread the packet operands.
+      if (static_cast<int>(threadIdx.x) <= numSrcs)
+        operands->spans[threadIdx.x] = spanOf(a, t, me, chunkOf(refs[threadIdx.x], i));
+      if (threadIdx.x == blockDim.x - 1) {
+        pk.count = numPackets;
+        pk.slotPackets = a.packetChunkBytes / sizeof(LL16Packet);
+        uint64_t lowest = ~0ull, highest = 0;
         for (int p = 0; p < numPackets; ++p) {
-          pk.rows[p] = static_cast<int>(packetRefs[p].index + i - lowest);
-          pk.rowMask |= 1u << pk.rows[p];
+          const uint64_t c = packetRefs[p].index + i;
+          pk.bases[p] = packetsOf(a, t, me, c, ep.half);
+          lowest = min(lowest, c);
+          highest = max(highest, c);
+        }
+        pk.together = numPackets > 0 && highest - lowest < static_cast<uint64_t>(reduction::kMaxRanks);
+        pk.rowMask = 0;
+        if (pk.together) {
+          pk.rowBase = pk.bases[0] - (packetRefs[0].index + i - lowest) * pk.slotPackets;
+          for (int p = 0; p < numPackets; ++p) {
+            pk.rows[p] = static_cast<int>(packetRefs[p].index + i - lowest);
+            pk.rowMask |= 1u << pk.rows[p];
+          }
         }
       }
+      __syncthreads();
       // The packet chunks only bound the count (c elements); the data chunks decide it.
-      if (!reduceInto(spans[0], spans + 1, numSrcs, pk, opBytes(spans, chunk, 1 + numSrcs))) return false;
+      const bool ok = reduceInto(operands->spans[0], operands->spans + 1, numSrcs, pk,
+                                 opBytes(operands->spans, refs, 1 + numSrcs));
+      // Every thread is done with this chunk's operands before the next chunk's; a timeout stops all alike.
+      if (__syncthreads_or(ok ? 0 : 1)) return false;
     }
     return true;
   }
@@ -420,6 +444,8 @@ __global__ void __launch_bounds__(kMaxThreads) planKernel(PlanLaunch a) {
   Executor<D, Op> x{a, device::Reducer<D, Op>(a.red), reduction::beginLLEpoch(a.epoch),
                     reduction::anySpinContext(a.view)};
   __shared__ StagedTables staged;
+  __shared__ OperandScratch operands;
+  x.operands = &operands;
   const BlockRecord b = a.blocks[blockIdx.x];
   const bool ready = !a.prologue.run || runPrologue(a.view, a.prologue, x.ep.epoch, x.ep.half, x.ctx);
   x.t = stageTables(a, b, staged);
