@@ -74,6 +74,13 @@ const std::vector<EnvVarInfo>& envRegistry() {
        "Blocks of a meshcomm.ep normal-mode dispatch that copy received rows out, beside the blocks that "
        "send "
        "(together num_sms). 0: half of num_sms. docs/ep.md, \"Intranode dispatch\"."},
+      {"MESHCOMM_TRACE", EnvType::String, "",
+       "File prefix of device event traces (docs/trace.md): the plan executor and meshcomm.ep's "
+       "normal-mode kernels record timestamped events, written at teardown to "
+       "<prefix>.<component>.<k>.rank<r>.json. Unset: off."},
+      {"MESHCOMM_TRACE_EVENTS", EnvType::Int, "262144",
+       "Events a device trace holds per component and rank (16 bytes each); later events are dropped and "
+       "counted."},
       {"MESHCOMM_ALGO", EnvType::String, "",
        "Forces algorithms per collective, e.g. allreduce=allreduce_rsag,alltoall=alltoall_scratch; a name "
        "that is not a registered algorithm of its collective fails the Comm's creation, and a forced "

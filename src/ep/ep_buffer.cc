@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "core/device_trace.hpp"
 #include "ep/ep_kernels.cuh"
 #include "ep/network_channels.hpp"
 #include "ep/peer_regions.hpp"
@@ -78,6 +79,11 @@ class EpBuffer::Impl {
     view_.network = network_->region();
     view_.netLayout = NetworkLayout::of(network);
     view_.netState = static_cast<NetworkState*>(networkState_.data());
+    trace_ = DeviceTraceBuffer::fromEnvironment(
+        "ep", rank_,
+        {"dispatch:send_start", "dispatch:send_end", "receive:start", "receive:counts", "receive:end",
+         "combine:start", "combine:ready", "combine:send_done", "combine:reduce_done"});
+    if (trace_) view_.trace = trace_->view();
   }
 
   // A failure recorded on this rank: a device error, or one of the network proxy.
@@ -113,6 +119,7 @@ class EpBuffer::Impl {
   GpuBuffer scratch_;
   HostMappedBuffer hostCounts_;
   KernelView view_{};
+  std::unique_ptr<DeviceTraceBuffer> trace_;  // MESHCOMM_TRACE: the kernels' events (EpTraceEvent)
   uint64_t sends_ = 0;     // dispatchSend calls: the last one's ticket is the tag waitReceiveCounts waits for
   uint64_t receives_ = 0;  // sends whose receive epoch has been accounted for (received, or skipped)
   // Sends whose rows signals from other nodes have been awaited (received, or skipped).

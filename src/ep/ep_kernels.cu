@@ -21,6 +21,10 @@ namespace meshcomm::ep::kernels {
 
 namespace {
 
+constexpr uint32_t traceCode(EpTraceEvent e) {
+  return static_cast<uint32_t>(e);
+}
+
 constexpr int kWarps = kThreads / 32;
 // 16-byte loads a lane keeps in flight when it copies a row (a row of a 7168-wide BF16 token is 28 vectors a
 // lane): enough bytes in flight per SM to cover a load's latency.
@@ -150,6 +154,8 @@ __global__ void __launch_bounds__(kSendThreads, 1)
     dispatchSendKernel(KernelView v, DispatchInputs in, Shape shape) {
   const int R = v.size, me = v.rank, El = shape.numExperts / R;
   const uint64_t e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
+  if (threadIdx.x == 0)
+    v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::DispatchSendStart), 0);
   const uint32_t flag = llPacketFlag(e);
   const int countWords = R + El + 1;
   const int countPackets = (countWords + 1) / 2;
@@ -335,6 +341,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
       ch.signal();
     }
   }
+  if (threadIdx.x == 0) v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::DispatchSendEnd), 0);
   endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
 }
 
@@ -373,7 +380,11 @@ __global__ void __launch_bounds__(kReceiveThreads, 1)
   const uint64_t e = beginEpoch(v.receiveEpoch, v.receiveStarted);
   const uint32_t flag = llPacketFlag(e);
   __shared__ bool ok;
-  if (threadIdx.x == 0) ok = awaitCount(v.countsEpoch, e, v.spin[me], DeviceOp::EpDispatchWait);
+  if (threadIdx.x == 0) {
+    v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::ReceiveStart), 0);
+    ok = awaitCount(v.countsEpoch, e, v.spin[me], DeviceOp::EpDispatchWait);
+    v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::ReceiveCounts), 0);
+  }
   __syncthreads();
   const RowLayout rl = RowLayout::of(shape);
   const int64_t capacity = static_cast<int64_t>(v.layout.rowsBytes / rl.stride);
@@ -445,6 +456,10 @@ __global__ void __launch_bounds__(kReceiveThreads, 1)
       for (int64_t i = lo + slice; i < static_cast<int64_t>(hi) && i < received; i += kRecordSlices)
         copyReceivedRow(rows, out, shape, rl, i, lane);
     }
+  }
+  if (v.trace.events != nullptr) {  // uniform: the block's last warp is done when the event is recorded
+    __syncthreads();
+    if (threadIdx.x == 0) v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::ReceiveEnd), 0);
   }
   endEpoch(e, v.receiveEpoch, v.receiveStarted);
 }
@@ -686,6 +701,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     combineKernel(KernelView v, CombineInputs in, Shape shape, CombineOutputs out) {
   const int R = v.size, me = v.rank, warp = threadIdx.x / 32;
   const uint64_t e = beginEpoch(v.combineEpoch, v.combineStarted);
+  const uint32_t call = static_cast<uint32_t>(e);
+  if (threadIdx.x == 0) v.trace.record(call, traceCode(EpTraceEvent::CombineStart), 0);
   const uint32_t flag = llPacketFlag(e);
   const SlabLayout sl = SlabLayout::of(shape);
   const int64_t slabTokens =
@@ -707,16 +724,19 @@ __global__ void __launch_bounds__(kThreads, 1)
       ok = false;
   }
   __syncthreads();
+  if (threadIdx.x == 0) v.trace.record(call, traceCode(EpTraceEvent::CombineReady), 0);
 
   if (v.net && blockIdx.x == gridDim.x - 1 && warp == kWarps - 1 && threadIdx.x % 32 < R &&
       !v.sameNode(threadIdx.x % 32))
     relayNetworkSignals(v, threadIdx.x % 32, e);  // a reduce warp: no peer waits on its work
   if (warp < kCombineSendWarps) {
     if (ok) combineSend(v, in, shape, e, slabTokens, static_cast<int>(blockIdx.x) * kCombineSendWarps + warp);
+    if (threadIdx.x % 32 == 0) v.trace.record(call, traceCode(EpTraceEvent::CombineSendDone), warp);
   } else {
     combineReduce<kR>(
         v, in, shape, out, e, slabTokens,
         static_cast<int64_t>(blockIdx.x) * (kWarps - kCombineSendWarps) + warp - kCombineSendWarps);
+    if (threadIdx.x % 32 == 0) v.trace.record(call, traceCode(EpTraceEvent::CombineReduceDone), warp);
   }
   endEpoch(e, v.combineEpoch, v.combineStarted);
 }

@@ -28,6 +28,7 @@
 #include "meshcomm/device/device_error.hpp"
 #include "meshcomm/device/packet.hpp"
 #include "meshcomm/device/port_channel_device.hpp"
+#include "meshcomm/device/trace.hpp"
 #include "meshcomm/ep/ep_buffer.hpp"
 
 namespace meshcomm::ep {
@@ -139,6 +140,21 @@ struct NetworkState {
       landed[kMaxRanks];  // the epoch of the last dispatch whose rows from rank s arrived (receive kernel)
 };
 
+// The device trace events of EpBuffer's kernels (docs/trace.md; call: the kernel's epoch). Per block (thread
+// 0, arg 0): a kernel's start and a dispatch receive's counts; per warp (lane 0, arg: the warp in its block):
+// when a combine send or reduce warp is done. The events' names: EpBuffer (ep_buffer.cc), in this order.
+enum class EpTraceEvent : uint8_t {
+  DispatchSendStart,
+  DispatchSendEnd,
+  ReceiveStart,
+  ReceiveCounts,
+  ReceiveEnd,
+  CombineStart,
+  CombineReady,
+  CombineSendDone,
+  CombineReduceDone,
+};
+
 // What the kernels take by value.
 struct KernelView {
   char* regions[kMaxRanks];  // every rank's region mapped here (this rank's own at [rank])
@@ -166,6 +182,7 @@ struct KernelView {
   NetworkLayout netLayout;
   NetworkState* netState;
   const int32_t* tokenRowIndex;  // combine: [tokens][R], token t's rank among this rank's tokens sent to r
+  DeviceTrace trace;             // off unless MESHCOMM_TRACE is set (EpTraceEvent)
 
   MESHCOMM_HOST_DEVICE_INLINE bool sameNode(int q) const { return rank / nodeSize == q / nodeSize; }
 };

@@ -9,6 +9,7 @@
 #include "meshcomm/comm_resources.hpp"
 #include "meshcomm/device/port_channel_device.hpp"
 #include "meshcomm/device/reduce.hpp"
+#include "meshcomm/device/trace.hpp"
 #include "meshcomm/plan.hpp"
 
 namespace meshcomm::plan {
@@ -45,6 +46,13 @@ struct BlockRecord {
   uint32_t numRefs;
 };
 
+// The executor's device trace events (docs/trace.md), recorded by thread 0 of every block once per call (the
+// call: the launch epoch): Start (the epoch read), Prologue (done), Staged (the tables in shared memory), one
+// event per op when every thread of the block finished it (code kFirstOpEvent + OpKind, arg: the op's index
+// in the block, mod 256), End.
+enum class PlanTraceEvent : uint8_t { Start, Prologue, Staged, End };
+constexpr uint32_t kFirstOpEvent = 4;
+
 // Launch arguments of one call (by value).
 struct PlanLaunch {
   CommDeviceView view;
@@ -65,6 +73,7 @@ struct PlanLaunch {
   uint64_t* barriers;         // one counter per barrier occurrence
   ReduceParams red;
   PeerBufferExchange prologue;  // run before the ops (plan_peer_buffers.cuh)
+  DeviceTrace trace;            // off unless MESHCOMM_TRACE is set
 };
 
 // Launches the executor for (dtype, op); false if the pair has no kernel.

@@ -14,8 +14,10 @@
 #include "meshcomm/comm_resources.hpp"
 #include "meshcomm/errors.hpp"
 #include "meshcomm/gpu_utils.hpp"
+#include "core/device_trace.hpp"
 #include "plan/device_plan.hpp"
 #include "plan/plan_facts.hpp"
+#include "plan/plan_format.hpp"
 #include "plan/plan_peer_buffers.hpp"
 #include "plan/plan_port_channels.hpp"
 
@@ -43,6 +45,7 @@ struct PlanAlgorithm::State {
   // Owned by the communicator's resources (sharedState), so the proxy stops before the communicator's
   // connections and tokens go, even when this algorithm object outlives the Comm.
   const plan::PortChannels* ports = nullptr;
+  std::unique_ptr<DeviceTraceBuffer> trace;  // MESHCOMM_TRACE: the executor's events (docs/trace.md)
 
   bool needsPrologue() const { return facts.reachesPeerBuffers || facts.writesPeerScratch; }
 };
@@ -93,6 +96,7 @@ void PlanAlgorithm::initialize(CommResources& resources) {
     MESHCOMM_REQUIRE(hashes[r] == source_->hash, "rank ", v.rank, ": plan ", p.name, ": rank ", r,
                      " loaded a different plan (hash ", hashes[r], " here ", source_->hash, ")");
   }
+  s.trace = DeviceTraceBuffer::fromEnvironment("plan-" + p.name, v.rank, plan::detail::traceEventNames());
   s.epoch = resources.allocateDeviceWords(reduction::kLLEpochWords);
   s.prologueDone = resources.allocateDeviceWords(1);
   s.initialized = true;
@@ -293,6 +297,7 @@ void PlanAlgorithm::launch(CommResources& resources, const CollectiveArgs& args,
   // A plan without reductions moves bytes only: its one-operand packet reads run as sums.
   ReduceOpSpec op = s.facts.reduces ? args.op : ReduceOpSpec(ReduceOp::Sum);
   a.red = makeReduceParams(op, v.nRanks);
+  if (s.trace) a.trace = s.trace->view();
   // Every rank runs the prologue (in the executor kernel): an entry barrier with every peer (the peers'
   // previous use of their scratch is over) and, for plans that reach the peers' call buffers, the exchange of
   // where they lie.

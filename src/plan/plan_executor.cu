@@ -446,17 +446,24 @@ __global__ void __launch_bounds__(kMaxThreads) planKernel(PlanLaunch a) {
   __shared__ StagedTables staged;
   __shared__ OperandScratch operands;
   x.operands = &operands;
+  const uint32_t call = static_cast<uint32_t>(x.ep.epoch);
+  const bool tracer = threadIdx.x == 0;
+  if (tracer) a.trace.record(call, static_cast<uint32_t>(PlanTraceEvent::Start), 0);
   const BlockRecord b = a.blocks[blockIdx.x];
   const bool ready = !a.prologue.run || runPrologue(a.view, a.prologue, x.ep.epoch, x.ep.half, x.ctx);
+  if (tracer && a.prologue.run) a.trace.record(call, static_cast<uint32_t>(PlanTraceEvent::Prologue), 0);
   x.t = stageTables(a, b, staged);
   __syncthreads();
+  if (tracer) a.trace.record(call, static_cast<uint32_t>(PlanTraceEvent::Staged), 0);
   for (uint32_t i = 0; ready && i < b.numOps; ++i) {
     const OpRecord op = x.t.ops[i];
     // Every thread runs every op (the ops' own barriers keep the block together); a failed wait stops it.
     if (!__syncthreads_and(x.run(op) ? 1 : 0)) break;
+    if (tracer) a.trace.record(call, kFirstOpEvent + op.kind, i);
   }
   __syncthreads();
   reduction::finishLLEpoch(a.epoch, x.ep);
+  if (tracer) a.trace.record(call, static_cast<uint32_t>(PlanTraceEvent::End), 0);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "plan/device_plan.hpp"
+
 namespace meshcomm::plan {
 
 namespace detail {
@@ -44,6 +46,16 @@ const std::vector<Named<Collective>> kCollectiveNames = {
     {Collective::ReduceScatter, "reduce_scatter"},
     {Collective::AllToAll, "alltoall"},
 };
+
+std::vector<std::string> traceEventNames() {
+  std::vector<std::string> names = {"start", "prologue", "staged", "end"};
+  for (const auto& op : kOpNames) {
+    const size_t code = kFirstOpEvent + static_cast<size_t>(op.value);
+    if (names.size() <= code) names.resize(code + 1);
+    names[code] = std::string("op:") + op.name;
+  }
+  return names;
+}
 
 const std::vector<std::string_view>& opFields(OpKind kind) {
   static const std::vector<std::string_view> kCopy = {"src", "dst"};

@@ -2,6 +2,7 @@
 // op.
 #pragma once
 
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,6 +38,10 @@ std::string namesOf(const std::vector<Named<E>>& table) {
   for (const auto& n : table) names += (names.empty() ? "" : ", ") + std::string(n.name);
   return names;
 }
+
+// The names of the executor's device trace event codes (device_plan.hpp, PlanTraceEvent): start, prologue,
+// staged, end, then one per op kind ("op:" and its name in the format).
+std::vector<std::string> traceEventNames();
 
 // The keys an op of `kind` has besides "op" (docs/dsl.md, the op table); every one is required.
 const std::vector<std::string_view>& opFields(OpKind kind);

@@ -97,3 +97,30 @@ def run_plans(rank, n):
     comm.check_error()
     comm.close()
     return {"ran": ran}
+
+
+TRACED = ("allreduce_allpairs_ll", "allreduce_twoshot")  # no prologue, and a prologue (peers' outputs)
+
+
+def run_traced(rank, n, calls):
+    """`calls` checked executions of each TRACED plan (2 instances) with MESHCOMM_TRACE set by the caller; the
+    plans and the communicator are dropped before returning, which writes the trace files. Returns each plan's
+    ops per block, for the caller's check of the files."""
+    import gc
+
+    comm = meshcomm.Comm.from_env()
+    ops = {}
+    for name in TRACED:
+        plan = shipped_plan(name, n, 2)
+        alg = meshcomm.PlanAlgorithm.from_json(json.dumps(plan))
+        comm.add_algorithm(alg)
+        count = 1003 if name.endswith("_ll") else 70001
+        for _ in range(calls):
+            run_one(comm, alg, plan, rank, n, count, DataType.FLOAT32, ReduceOp.SUM)
+        ops[plan["name"]] = [len(tb["ops"]) for tb in plan["ranks"][rank]["threadblocks"]]
+        del alg
+    comm.check_error()
+    comm.close()
+    del comm
+    gc.collect()
+    return {"ops": ops}

@@ -50,6 +50,12 @@ def gpu_plans(rank, n):
     return plan_checks.run_plans(rank, n)
 
 
+def gpu_plan_trace(rank, n, calls):
+    import plan_checks
+
+    return plan_checks.run_traced(rank, n, int(calls))
+
+
 def torch_watchdog(rank, n, case):
     import watchdog_checks
 
@@ -64,6 +70,7 @@ SCENARIOS = {
     "gpu_dlpack": gpu_dlpack,
     "gpu_native": gpu_native,
     "gpu_plans": gpu_plans,
+    "gpu_plan_trace": gpu_plan_trace,
     "torch_watchdog": torch_watchdog,
 }
 

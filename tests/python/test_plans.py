@@ -44,3 +44,33 @@ def test_every_shipped_plan_runs_on_the_executor(n):
                 if __import__(f"meshcomm.dsl.programs.{name}", fromlist=["supports"]).supports(n)}
     for r in results:
         assert set(r.result["ran"]) == expected and all(v > 0 for v in r.result["ran"].values())
+
+
+@pytest.mark.parametrize("n", [2])
+def test_executor_trace_records_every_op_of_every_block(n, tmp_path, monkeypatch):
+    """MESHCOMM_TRACE: each rank writes one file per traced plan; every call of every block has start, (the
+    prologue where the plan runs one), staged, one event per op in order, and end, in time order."""
+    if GPUS < n:
+        pytest.skip(f"needs {n} CUDA GPUs, found {GPUS} (cuda_device_count())")
+    from meshcomm import trace
+
+    calls = 3
+    monkeypatch.setenv("MESHCOMM_TRACE", str(tmp_path / "t"))
+    results = run_ranks(n, "gpu_plan_trace", args=(calls,), from_env=True, timeout=300)
+    assert_all_ok(results)
+    for r in results:
+        for name, ops_per_block in r.result["ops"].items():
+            files = sorted(tmp_path.glob(f"t.plan-{name}.*.rank{r.rank}.json"))
+            assert len(files) == 1, f"rank {r.rank} {name}: trace files {files}"
+            t = trace.load(str(files[0]))
+            assert t.dropped == 0 and t.rank == r.rank
+            lines = trace.timelines(t)
+            assert len({call for call, _ in lines}) == calls
+            for (call, block), line in lines.items():
+                names = [t.name(event, arg) for _, event, arg in line]
+                body = [x for x in names if x not in ("start", "prologue", "staged", "end")]
+                assert names[0] == "start" and names[-1] == "end" and "staged" in names, names
+                assert ("prologue" in names) == name.startswith("allreduce_twoshot"), names
+                assert [int(x.split("#")[1]) for x in body] == list(range(ops_per_block[block])), names
+                assert [x for x, _, _ in line] == sorted(x for x, _, _ in line)
+            assert trace.summarize([t])["call"]["count"] == calls
