@@ -48,6 +48,18 @@ def timelines(trace: Trace) -> Dict[Tuple[int, int], List[Tuple[int, int, int]]]
     return out
 
 
+def kept_calls(trace: Trace, lines: Dict[Tuple[int, int], List[Tuple[int, int, int]]], skip: int) -> set:
+    """The calls left after each kernel's first `skip` (a kernel: the name of its calls' first event, so that the
+    kernels of a component, e.g. meshcomm.ep's dispatch and combine, are warmed up alike)."""
+    kernel: Dict[int, str] = {}
+    for (call, _), line in lines.items():
+        kernel.setdefault(call, trace.name(line[0][1], line[0][2]))
+    by_kernel: Dict[str, List[int]] = {}
+    for call in sorted(kernel):
+        by_kernel.setdefault(kernel[call], []).append(call)
+    return {call for calls in by_kernel.values() for call in calls[skip:]}
+
+
 def _stats(samples: List[int]) -> dict:
     s = sorted(samples)
     return {"count": len(s), "median_ns": statistics.median(s), "p90_ns": s[min(len(s) - 1, (9 * len(s)) // 10)],
@@ -58,13 +70,13 @@ def summarize(traces: Iterable[Trace], skip_calls: int = 0) -> dict:
     """Per step (in the order first seen): its duration (from the previous event of the same call and block)
     and its offset ("at": from the call's first event on that rank), over every kept call, block and rank;
     and per call, the span from its first event to its last on a rank ("call"). The first `skip_calls` calls of
-    each file (warm-up) are left out."""
+    each kernel in each file (warm-up) are left out."""
     durations: Dict[str, List[int]] = {}
     offsets: Dict[str, List[int]] = {}
     spans: List[int] = []
     for trace in traces:
         lines = timelines(trace)
-        kept = set(sorted({call for call, _ in lines})[skip_calls:])
+        kept = kept_calls(trace, lines, skip_calls)
         first: Dict[int, int] = {}
         last: Dict[int, int] = {}
         for (call, _), line in lines.items():
@@ -104,7 +116,8 @@ def format_table(summary: dict) -> str:
 def main(argv: List[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m meshcomm.trace", description=__doc__.split("\n\n")[0])
     p.add_argument("files", nargs="+")
-    p.add_argument("--skip-calls", type=int, default=0, help="leave out each file's first N calls (warm-up)")
+    p.add_argument("--skip-calls", type=int, default=0,
+                   help="leave out each kernel's first N calls in each file (warm-up)")
     p.add_argument("--json", help="also write the summary here")
     args = p.parse_args(argv)
     traces = [load(f) for f in args.files]

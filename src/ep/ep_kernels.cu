@@ -25,6 +25,12 @@ constexpr uint32_t traceCode(EpTraceEvent e) {
   return static_cast<uint32_t>(e);
 }
 
+// A trace event's call (ep_region.hpp, EpTraceEvent): the kernel's epoch and which kernel it is, so that the
+// calls of the three kernels, each counting its own epochs, stay apart.
+__device__ __forceinline__ uint32_t traceCall(EpTraceKernel k, uint64_t e) {
+  return static_cast<uint32_t>(k) << 30 | (static_cast<uint32_t>(e) & 0x3fffffffu);
+}
+
 constexpr int kWarps = kThreads / 32;
 // 16-byte loads a lane keeps in flight when it copies a row (a row of a 7168-wide BF16 token is 28 vectors a
 // lane): enough bytes in flight per SM to cover a load's latency.
@@ -155,7 +161,7 @@ __global__ void __launch_bounds__(kSendThreads, 1)
   const int R = v.size, me = v.rank, El = shape.numExperts / R;
   const uint64_t e = beginEpoch(v.dispatchEpoch, v.dispatchStarted);
   if (threadIdx.x == 0)
-    v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::DispatchSendStart), 0);
+    v.trace.record(traceCall(EpTraceKernel::DispatchSend, e), traceCode(EpTraceEvent::DispatchSendStart), 0);
   const uint32_t flag = llPacketFlag(e);
   const int countWords = R + El + 1;
   const int countPackets = (countWords + 1) / 2;
@@ -341,7 +347,8 @@ __global__ void __launch_bounds__(kSendThreads, 1)
       ch.signal();
     }
   }
-  if (threadIdx.x == 0) v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::DispatchSendEnd), 0);
+  if (threadIdx.x == 0)
+    v.trace.record(traceCall(EpTraceKernel::DispatchSend, e), traceCode(EpTraceEvent::DispatchSendEnd), 0);
   endEpoch(e, v.dispatchEpoch, v.dispatchStarted);
 }
 
@@ -381,9 +388,9 @@ __global__ void __launch_bounds__(kReceiveThreads, 1)
   const uint32_t flag = llPacketFlag(e);
   __shared__ bool ok;
   if (threadIdx.x == 0) {
-    v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::ReceiveStart), 0);
+    v.trace.record(traceCall(EpTraceKernel::DispatchReceive, e), traceCode(EpTraceEvent::ReceiveStart), 0);
     ok = awaitCount(v.countsEpoch, e, v.spin[me], DeviceOp::EpDispatchWait);
-    v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::ReceiveCounts), 0);
+    v.trace.record(traceCall(EpTraceKernel::DispatchReceive, e), traceCode(EpTraceEvent::ReceiveCounts), 0);
   }
   __syncthreads();
   const RowLayout rl = RowLayout::of(shape);
@@ -459,7 +466,8 @@ __global__ void __launch_bounds__(kReceiveThreads, 1)
   }
   if (v.trace.events != nullptr) {  // uniform: the block's last warp is done when the event is recorded
     __syncthreads();
-    if (threadIdx.x == 0) v.trace.record(static_cast<uint32_t>(e), traceCode(EpTraceEvent::ReceiveEnd), 0);
+    if (threadIdx.x == 0)
+      v.trace.record(traceCall(EpTraceKernel::DispatchReceive, e), traceCode(EpTraceEvent::ReceiveEnd), 0);
   }
   endEpoch(e, v.receiveEpoch, v.receiveStarted);
 }
@@ -701,7 +709,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     combineKernel(KernelView v, CombineInputs in, Shape shape, CombineOutputs out) {
   const int R = v.size, me = v.rank, warp = threadIdx.x / 32;
   const uint64_t e = beginEpoch(v.combineEpoch, v.combineStarted);
-  const uint32_t call = static_cast<uint32_t>(e);
+  const uint32_t call = traceCall(EpTraceKernel::Combine, e);
   if (threadIdx.x == 0) v.trace.record(call, traceCode(EpTraceEvent::CombineStart), 0);
   const uint32_t flag = llPacketFlag(e);
   const SlabLayout sl = SlabLayout::of(shape);

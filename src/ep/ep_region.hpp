@@ -140,9 +140,10 @@ struct NetworkState {
       landed[kMaxRanks];  // the epoch of the last dispatch whose rows from rank s arrived (receive kernel)
 };
 
-// The device trace events of EpBuffer's kernels (docs/trace.md; call: the kernel's epoch). Per block (thread
-// 0, arg 0): a kernel's start and a dispatch receive's counts; per warp (lane 0, arg: the warp in its block):
-// when a combine send or reduce warp is done. The events' names: EpBuffer (ep_buffer.cc), in this order.
+// The device trace events of EpBuffer's kernels (docs/trace.md; call: which kernel in bits 30-31, its epoch
+// in bits 0-29). Per block (thread 0, arg 0): a kernel's start and a dispatch receive's counts; per warp
+// (lane 0, arg: the warp in its block): when a combine send or reduce warp is done. The events' names:
+// EpBuffer (ep_buffer.cc), in this order.
 enum class EpTraceEvent : uint8_t {
   DispatchSendStart,
   DispatchSendEnd,
@@ -154,6 +155,8 @@ enum class EpTraceEvent : uint8_t {
   CombineSendDone,
   CombineReduceDone,
 };
+
+enum class EpTraceKernel : uint8_t { DispatchSend, DispatchReceive, Combine };
 
 // What the kernels take by value.
 struct KernelView {

@@ -71,3 +71,16 @@ def test_a_file_of_another_kind_is_refused(tmp_path):
     path.write_text(json.dumps({"rows": []}))
     with pytest.raises(ValueError, match="not a meshcomm device trace"):
         trace.load(str(path))
+
+
+def test_warm_up_is_skipped_per_kernel(tmp_path):
+    """Two kernels counting their own calls (one's calls begin with start, the other's with staged; the second
+    kernel's calls carry bit 30, as meshcomm.ep's do): the first call of each is left out."""
+    events = []
+    for call in (1, 2, 3):
+        events += [[100 * call, call, 0, 0, 0], [100 * call + 10, call, 0, 3, 0]]                # kernel A: start, end
+        events += [[100 * call + 50, (1 << 30) | call, 0, 2, 0], [100 * call + 90, (1 << 30) | call, 0, 3, 0]]
+    t = trace.load(write(tmp_path / "k.json", events))
+    assert trace.kept_calls(t, trace.timelines(t), 1) == {2, 3, (1 << 30) | 2, (1 << 30) | 3}
+    s = trace.summarize([t], skip_calls=1)
+    assert s["call"]["count"] == 4 and s["call"]["min_ns"] == 10 and s["call"]["max_ns"] == 40
