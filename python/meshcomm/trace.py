@@ -1,11 +1,12 @@
-"""Device event traces (docs/trace.md): read the files that MESHCOMM_TRACE makes the plan executor write, and
-say where a call's GPU time goes.
+"""Device event traces (docs/trace.md): read the files that MESHCOMM_TRACE makes the plan executor and
+meshcomm.ep write, and say where a call's GPU time goes.
 
     python -m meshcomm.trace [--skip-calls N] TRACE.json [TRACE.json ...]
 
-Each file holds one rank's events of one component: [time_ns, call, block, event, arg] rows, recorded by one
-thread of a block. A block's events of one call form its timeline; a step is the time from one event to the
-next of the same call and block, named by the later event (with its arg: an op's index in its block).
+Each file holds one rank's events of one component: [time_ns, call, block, event, arg] rows in claim order.
+A block's events of one call form its timeline (in the plan executor one thread records them, in program
+order; in meshcomm.ep several warps do); a step is the time from one event to the next of the same call and
+block, named by the later event (with its arg for op events: the op's index in its block).
 """
 from __future__ import annotations
 
@@ -79,10 +80,10 @@ def summarize(traces: Iterable[Trace], skip_calls: int = 0) -> dict:
         kept = kept_calls(trace, lines, skip_calls)
         first: Dict[int, int] = {}
         last: Dict[int, int] = {}
-        for (call, _), line in lines.items():
+        for t, call, _, _, _ in trace.events:
             if call in kept:
-                first[call] = min(first.get(call, line[0][0]), min(t for t, _, _ in line))
-                last[call] = max(last.get(call, line[0][0]), max(t for t, _, _ in line))
+                first[call] = min(first.get(call, t), t)
+                last[call] = max(last.get(call, t), t)
         for (call, _), line in lines.items():
             if call not in kept:
                 continue

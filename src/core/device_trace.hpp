@@ -29,7 +29,6 @@ class DeviceTraceBuffer {
   DeviceTraceBuffer& operator=(const DeviceTraceBuffer&) = delete;
 
   DeviceTrace view() const;
-  const std::string& path() const { return path_; }
   // Synchronizes the buffer's device, copies the events and writes the file; throws on failure.
   void write();
 
